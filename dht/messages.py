@@ -1,0 +1,139 @@
+"""Pastry's wire messages (tags 1-31). Field order is the wire order; append, never reorder."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from dht.wire import U8, U63, Handle, Message, Payload, WireBytes, register
+
+#: A routing-table row number, or -1 for "none yet".
+Row = Annotated[int, msgspec.Meta(ge=-1, le=255)]
+
+
+class Route(Message, tag=1):
+    """An application message travelling hop by hop towards the root of ``key``."""
+
+    uid: U63
+    key: WireBytes
+    origin: Handle
+    hops: U8
+    payload: Payload
+
+
+class HopAck(Message, tag=2):
+    """Next hop's receipt for a ``Route``; a missing ack marks the next hop failed."""
+
+    uid: U63
+
+
+class JoinRequest(Message, tag=3):
+    """Routed to the joiner's own id; every node on the way sends the joiner routing rows."""
+
+    joiner: Handle
+    #: Shared-prefix length at the previous hop; -1 at the first hop. Rows up to it were sent.
+    prev_row: Row
+    hops: U8
+
+
+class JoinRows(Message, tag=4):
+    """Routing-table rows (flattened) from a node on the join path, the sender included."""
+
+    sender: Handle
+    entries: list[Handle]
+
+
+class JoinReply(Message, tag=5):
+    """From the joiner's root: its leaf set, from which the joiner builds its own."""
+
+    root: Handle
+    leaves: list[Handle]
+
+
+class Announce(Message, tag=6):
+    """A node tells others it exists (after joining, or to a newly learnt leaf)."""
+
+    node: Handle
+
+
+class LeafSetRequest(Message, tag=7):
+    sender: Handle
+
+
+class LeafSetReply(Message, tag=8):
+    sender: Handle
+    leaves: list[Handle]
+
+
+class Ping(Message, tag=9):
+    """Leaf-set keep-alive."""
+
+    sender: Handle
+
+
+class Pong(Message, tag=10):
+    sender: Handle
+
+
+class RowRequest(Message, tag=11):
+    """Lazy routing-table repair: ask a peer for its row ``row``."""
+
+    sender: Handle
+    row: U8
+
+
+class RowReply(Message, tag=12):
+    sender: Handle
+    row: U8
+    entries: list[Handle]
+
+
+class Direct(Message, tag=13):
+    """A point-to-point application message (no routing)."""
+
+    sender: Handle
+    payload: Payload
+
+
+class Leave(Message, tag=14):
+    """Graceful departure: the receiver drops the sender at once instead of waiting for a timeout."""
+
+    sender: Handle
+
+
+register(
+    "dht",
+    Route,
+    HopAck,
+    JoinRequest,
+    JoinRows,
+    JoinReply,
+    Announce,
+    LeafSetRequest,
+    LeafSetReply,
+    Ping,
+    Pong,
+    RowRequest,
+    RowReply,
+    Direct,
+    Leave,
+)
+
+__all__ = [
+    "Announce",
+    "Direct",
+    "Handle",
+    "HopAck",
+    "JoinReply",
+    "JoinRequest",
+    "JoinRows",
+    "LeafSetReply",
+    "LeafSetRequest",
+    "Leave",
+    "Ping",
+    "Pong",
+    "Route",
+    "RowReply",
+    "RowRequest",
+]

@@ -1,0 +1,718 @@
+"""A Pastry node as a sans-IO state machine.
+
+Theory of operation
+-------------------
+The node has three inputs and no others:
+
+* ``receive(msg, src, now)`` (or ``receive_frame(frame, src, now)`` for raw bytes): a message
+  from the transport address ``src``;
+* ``handle_timer(now)``: the driver calls it when ``get_timer()``'s deadline has come;
+* API calls: ``start_alone``, ``join``, ``route``, ``send_direct``, ``leave``, and the read-only
+  queries ``next_hop``, ``replica_set``, ``local_lookup``.
+
+Its outputs are the messages in ``take_messages()`` (pairs of destination address and message),
+the deadline in ``get_timer()``, and upcalls into the ``Application`` above it (``deliver``,
+``forward``, ``update``, ``receive_direct``, ``ready``), which is how the common KBR API reaches
+the overlay. ``now`` (seconds) and a seeded ``random.Random`` come from the driver; nothing here
+reads a clock, a socket or the global random generator, so the simulator and the trio runtime
+drive the very same code.
+
+Routing rule (Pastry): deliver when the key is within the leaf set's range (to the numerically
+closest member, or here); otherwise the routing-table entry for the key's next digit; otherwise
+(the rare case) any known node with at least as long a shared prefix that is numerically closer;
+otherwise here.
+
+Reliability: every routed hop is acknowledged (``HopAck``). A missing ack within
+``ack_floor_s + ack_rtt_factor * RTT`` marks the next hop failed; the message is re-routed around
+it and the routing table slot is repaired lazily by asking a peer in the same row. Leaf-set members
+are pinged every ``keepalive_s``; one not heard from for ``fail_after_s`` is declared failed, and
+the leaf set is repaired from the farthest live leaf on that side.
+
+Join: the joiner sends ``JoinRequest`` to a contact, which routes it to the joiner's id; every node
+on the path sends the routing rows the joiner needs, the root sends its leaf set, and the joiner
+then ``Announce``-s itself to the nodes it learnt. Nodes that take the joiner into their leaf set
+answer with their own leaf set, so concurrent joins in the same neighbourhood still converge.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from itertools import chain
+from typing import Any
+
+from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from dht.ids import DEFAULT_SPACE, IdSpace
+from dht.messages import (
+    Announce,
+    Direct,
+    HopAck,
+    JoinReply,
+    JoinRequest,
+    JoinRows,
+    LeafSetReply,
+    LeafSetRequest,
+    Leave,
+    Ping,
+    Pong,
+    Route,
+    RowReply,
+    RowRequest,
+)
+from dht.routing import LeafSet, Peer, RoutingTable
+from dht.wire import Handle, Message, codec
+
+log = logging.getLogger("rangecast.dht")
+
+Proximity = Callable[[Peer], float]
+"""Estimated round-trip time to a peer in ms (the simulator's latency model, or measured RTTs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PastryConfig:
+    space: IdSpace = DEFAULT_SPACE
+    leaf_set_size: int = 16
+    keepalive_s: float = 5.0
+    fail_after_s: float = 12.0
+    hop_acks: bool = True
+    ack_floor_s: float = 0.3
+    ack_rtt_factor: float = 2.0
+    max_reroutes: int = 8
+    #: How long a failed node is kept out of the tables even if stale leaf sets mention it.
+    dead_ttl_s: float = 60.0
+    join_timeout_s: float = 10.0
+    join_attempts: int = 5
+
+    def __post_init__(self) -> None:
+        if self.leaf_set_size < 2 or self.leaf_set_size % 2:
+            raise LocalProtocolError(f"leaf_set_size {self.leaf_set_size} must be even and >= 2")
+        if self.keepalive_s <= 0 or self.fail_after_s <= self.keepalive_s:
+            raise LocalProtocolError("need 0 < keepalive_s < fail_after_s")
+
+
+class State(Enum):
+    IDLE = "idle"
+    JOINING = "joining"
+    READY = "ready"
+    FAILED = "failed"  # the join gave up
+    LEFT = "left"
+
+
+class Application:
+    """Upcalls of the common KBR API. Subclass and override what you need."""
+
+    def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
+        """``payload`` routed to ``key`` arrived at its root (this node)."""
+
+    def forward(self, key: int, payload: bytes, next_hop: Peer, now: float) -> bytes | None:
+        """Called before forwarding; return the (possibly changed) payload, or None to stop."""
+        return payload
+
+    def update(self, peer: Peer, joined: bool, now: float) -> None:
+        """``peer`` entered (joined=True) or left this node's leaf set."""
+
+    def receive_direct(self, payload: bytes, sender: Peer, now: float) -> None:
+        """A point-to-point message from ``sender``."""
+
+    def ready(self, now: float) -> None:
+        """The node has joined the overlay (or was bootstrapped) and routes."""
+
+
+@dataclass(slots=True)
+class NodeStats:
+    malformed: int = 0
+    delivered: int = 0
+    forwarded: int = 0
+    reroutes: int = 0
+    dropped: int = 0
+    peers_failed: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, reason: str) -> None:
+        self.dropped += 1
+        self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
+
+
+_T_KEEPALIVE, _T_ACK, _T_JOIN = 0, 1, 2
+
+
+class PastryNode:
+    __slots__ = (
+        "_announced",
+        "_dead",
+        "_join_attempts",
+        "_join_contact",
+        "_last_heard",
+        "_out",
+        "_pending",
+        "_seq",
+        "_timers",
+        "app",
+        "cfg",
+        "leaves",
+        "me",
+        "proximity",
+        "rng",
+        "space",
+        "state",
+        "stats",
+        "table",
+    )
+
+    def __init__(
+        self,
+        ident: int,
+        addr: bytes,
+        rng: random.Random,
+        *,
+        config: PastryConfig | None = None,
+        proximity: Proximity | None = None,
+        app: Application | None = None,
+    ) -> None:
+        cfg = config or PastryConfig()
+        self.cfg = cfg
+        self.space = cfg.space
+        self.space.check(ident)
+        if not isinstance(addr, bytes) or not 0 < len(addr) <= 64:
+            raise LocalProtocolError(f"address must be 1-64 bytes, got {addr!r}")
+        if not isinstance(rng, random.Random):
+            raise LocalProtocolError("rng must be a seeded random.Random")
+        self.me = Peer.make(self.space, ident, addr)
+        self.rng = rng
+        self.proximity: Proximity = proximity or _no_proximity
+        self.app = app or Application()
+        self.leaves = LeafSet(self.space, ident, cfg.leaf_set_size // 2)
+        self.table = RoutingTable(self.space, ident)
+        self.state = State.IDLE
+        self.stats = NodeStats()
+        self._out: list[tuple[bytes, Message]] = []
+        self._timers: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self._pending: dict[int, _Pending] = {}
+        self._last_heard: dict[int, float] = {}
+        self._dead: dict[int, float] = {}
+        self._announced: set[int] = set()
+        self._join_contact = b""
+        self._join_attempts = 0
+
+    def __repr__(self) -> str:
+        return f"PastryNode({self.space.hexid(self.me.id)[:8]}…, {self.state.value})"
+
+    @property
+    def id(self) -> int:
+        return self.me.id
+
+    # ------------------------------------------------------------------------------- outputs
+
+    def take_messages(self) -> list[tuple[bytes, Message]]:
+        """Messages to send, as (destination address, message); the list is handed over."""
+        out = self._out
+        self._out = []
+        return out
+
+    def get_timer(self) -> float | None:
+        """The earliest deadline at which ``handle_timer`` must be called, if any."""
+        timers = self._timers
+        pending = self._pending
+        # Acks that arrived leave stale entries behind; shed them so the driver is not woken.
+        while timers:
+            deadline, _, kind, arg = timers[0]
+            if kind == _T_ACK:
+                p = pending.get(arg)
+                if p is None or p.deadline != deadline:
+                    heapq.heappop(timers)
+                    continue
+            return deadline
+        return None
+
+    # -------------------------------------------------------------------------------- inputs
+
+    def receive_frame(self, frame: bytes, src: bytes, now: float) -> None:
+        """Raw bytes from the network: decode strictly, drop (and count) anything bad."""
+        try:
+            msg = codec().decode(frame)
+        except WireError as exc:
+            self.stats.malformed += 1
+            log.debug("%r: dropped malformed frame from %r: %s", self, src, exc)
+            return
+        self.receive(msg, src, now)
+
+    def receive(self, msg: Message, src: bytes, now: float) -> None:
+        if self.state is State.LEFT or self.state is State.IDLE:
+            self.stats.drop("not running")
+            return
+        handler = _HANDLERS.get(type(msg))
+        if handler is None:
+            # Not a DHT message: a driver that shares a port with other layers routes those.
+            self.stats.drop("not a dht message")
+            return
+        try:
+            handler(self, msg, src, now)
+        except RemoteProtocolError as exc:
+            self.stats.malformed += 1
+            log.debug("%r: dropped bad %s from %r: %s", self, type(msg).__name__, src, exc)
+
+    def handle_timer(self, now: float) -> None:
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            deadline, _, kind, arg = heapq.heappop(timers)
+            if kind == _T_ACK:
+                self._on_ack_timeout(arg, deadline, now)
+            elif kind == _T_KEEPALIVE:
+                self._on_keepalive(now)
+            elif kind == _T_JOIN:
+                self._on_join_timeout(now)
+
+    # ----------------------------------------------------------------------------- API calls
+
+    def start_alone(self, now: float) -> None:
+        """Become the first node of a new overlay."""
+        self._require(State.IDLE, "start_alone")
+        self._become_ready(now)
+
+    def join(self, contact: bytes, now: float) -> None:
+        """Join the overlay that the node at address ``contact`` belongs to."""
+        self._require(State.IDLE, "join")
+        if contact == self.me.addr:
+            raise LocalProtocolError("cannot join through ourselves; use start_alone")
+        self.state = State.JOINING
+        self._join_contact = contact
+        self._join_attempts = 0
+        self._send_join(now)
+
+    def install_state(
+        self, left: list[Peer], right: list[Peer], rows: list[list[Peer | None]], now: float
+    ) -> None:
+        """Take routing state computed from the whole membership (the simulator's oracle
+        bootstrap, for large N where running every join would only cost time)."""
+        self._require(State.IDLE, "install_state")
+        self.leaves.replace(left, right)
+        self.table.install(rows)
+        for p in self.leaves.members():
+            self._last_heard[p.id] = now
+        self._become_ready(now)
+
+    def route(self, key: int, payload: bytes, now: float) -> int:
+        """Route ``payload`` to the root of ``key``; returns the message's uid."""
+        self._require(State.READY, "route")
+        self.space.check(key)
+        uid = self.rng.getrandbits(63)
+        nh = self._next_hop(key, -1)
+        if nh is None:
+            self.stats.delivered += 1
+            self.app.deliver(key, payload, self.me, 0, now)
+            return uid
+        fwd = self.app.forward(key, payload, nh, now)
+        if fwd is not None:
+            msg = Route(uid, self.space.to_bytes(key), self.me.handle, 1, fwd)
+            self._send_route(msg, key, nh, now, 0)
+        return uid
+
+    def send_direct(self, peer: Peer, payload: bytes, now: float) -> None:
+        """Send ``payload`` straight to ``peer``'s address (no routing, no ack)."""
+        self._out.append((peer.addr, Direct(self.me.handle, payload)))
+
+    def leave(self, now: float) -> None:
+        """Depart gracefully: tell every node we know so they drop us at once."""
+        if self.state is not State.READY:
+            self.state = State.LEFT
+            return
+        bye = Leave(self.me.handle)
+        seen: set[int] = set()
+        for p in chain(self.leaves.members(), self.table.entries()):
+            if p.id not in seen:
+                seen.add(p.id)
+                self._out.append((p.addr, bye))
+        self.state = State.LEFT
+        self._timers.clear()
+        self._pending.clear()
+
+    def next_hop(self, key: int) -> Peer | None:
+        """Where this node would send a message for ``key`` (None: it is the root itself).
+        Multicast groups target keys by this decision."""
+        return self._next_hop(key, -1)
+
+    def replica_set(self, key: int, k: int) -> list[Peer]:
+        """Up to ``k`` nodes, numerically closest to ``key`` first, among the leaf set and
+        this node (only meaningful for k <= leaf_set_size / 2 + 1)."""
+        if k < 0:
+            raise LocalProtocolError("k must be >= 0")
+        cands = [self.me, *self.leaves.members()]
+        space = self.space
+        cands.sort(key=lambda p: (space.distance(p.id, key), p.id))
+        return cands[:k]
+
+    def local_lookup(self, key: int, n: int) -> list[Peer]:
+        """Up to ``n`` known nodes usable as next hops towards ``key``, best first: longer
+        shared prefix with the key, then numerically closer. Only nodes that make progress
+        (over this node) are listed."""
+        space = self.space
+        own_shl = space.shared_prefix(self.me.id, key)
+        own_d = space.distance(self.me.id, key)
+        best: dict[int, Peer] = {}
+        for p in chain(self.leaves.members(), self.table.entries()):
+            shl = space.shared_prefix(p.id, key)
+            if shl > own_shl or (shl == own_shl and space.distance(p.id, key) < own_d):
+                best[p.id] = p
+        ranked = sorted(
+            best.values(),
+            key=lambda p: (-space.shared_prefix(p.id, key), space.distance(p.id, key), p.id),
+        )
+        return ranked[:n]
+
+    def known_peers(self) -> list[Peer]:
+        seen: dict[int, Peer] = {}
+        for p in chain(self.leaves.members(), self.table.entries()):
+            seen.setdefault(p.id, p)
+        return list(seen.values())
+
+    # ------------------------------------------------------------------------------- routing
+
+    def _next_hop(self, key: int, exclude: int) -> Peer | None:
+        leaves = self.leaves
+        if leaves.wraps or leaves.in_range(key):
+            return leaves.closest(key, exclude)
+        space = self.space
+        own = self.me.id
+        row = (space.bits - (key ^ own).bit_length()) // space.b
+        if row >= space.digits:
+            return None
+        rows = self.table.rows
+        if row < len(rows):
+            entry = rows[row][(key >> (space.bits - space.b * (row + 1))) & (space.radix - 1)]
+            if entry is not None and entry.id != exclude:
+                return entry
+        return self._rare_case(key, row, exclude)
+
+    def _rare_case(self, key: int, row: int, exclude: int) -> Peer | None:
+        space = self.space
+        best_d = space.distance(self.me.id, key)
+        best: Peer | None = None
+        for p in chain(self.leaves.members(), self.table.entries()):
+            if p.id == exclude or space.shared_prefix(p.id, key) < row:
+                continue
+            d = space.distance(p.id, key)
+            if d < best_d:
+                best_d, best = d, p
+        return best
+
+    def _send_route(self, msg: Route, key: int, nh: Peer, now: float, reroutes: int) -> None:
+        self._out.append((nh.addr, msg))
+        self.stats.forwarded += 1
+        if self.cfg.hop_acks:
+            deadline = now + self.cfg.ack_floor_s + self.cfg.ack_rtt_factor * (
+                self.proximity(nh) / 1000.0
+            )
+            self._pending[msg.uid] = _Pending(msg, key, nh, deadline, reroutes)
+            self._push_timer(deadline, _T_ACK, msg.uid)
+
+    def _on_route(self, msg: Route, src: bytes, now: float) -> None:
+        key = self.space.from_bytes(msg.key)
+        if self.cfg.hop_acks:
+            self._out.append((src, HopAck(msg.uid)))
+        if self.state is not State.READY:
+            self.stats.drop("route before ready")
+            return
+        self._advance(msg, key, now, 0)
+
+    def _advance(self, msg: Route, key: int, now: float, reroutes: int) -> None:
+        nh = self._next_hop(key, -1)
+        if nh is None:
+            self.stats.delivered += 1
+            origin = Peer.from_handle(self.space, msg.origin)
+            self.app.deliver(key, msg.payload, origin, msg.hops, now)
+            return
+        if msg.hops >= 255:
+            self.stats.drop("hop limit")
+            return
+        payload = self.app.forward(key, msg.payload, nh, now)
+        if payload is None:
+            return
+        out = Route(msg.uid, msg.key, msg.origin, msg.hops + 1, payload)
+        self._send_route(out, key, nh, now, reroutes)
+
+    def _on_hop_ack(self, msg: HopAck, src: bytes, now: float) -> None:
+        p = self._pending.get(msg.uid)
+        if p is not None and p.next_hop.addr == src:
+            del self._pending[msg.uid]
+
+    def _on_ack_timeout(self, uid: int, deadline: float, now: float) -> None:
+        p = self._pending.get(uid)
+        if p is None or p.deadline != deadline:
+            return
+        del self._pending[uid]
+        self._peer_failed(p.next_hop, now)
+        if p.reroutes >= self.cfg.max_reroutes:
+            self.stats.drop("too many reroutes")
+            return
+        self.stats.reroutes += 1
+        msg = p.msg
+        # Re-send as if from the previous hop: the failed attempt is not a hop.
+        back = Route(msg.uid, msg.key, msg.origin, msg.hops - 1, msg.payload)
+        self._advance(back, p.key, now, p.reroutes + 1)
+
+    def _on_direct(self, msg: Direct, src: bytes, now: float) -> None:
+        self.app.receive_direct(msg.payload, Peer.from_handle(self.space, msg.sender), now)
+
+    # ---------------------------------------------------------------------------------- join
+
+    def _send_join(self, now: float) -> None:
+        self._join_attempts += 1
+        self._out.append((self._join_contact, JoinRequest(self.me.handle, -1, 0)))
+        self._push_timer(now + self.cfg.join_timeout_s, _T_JOIN, None)
+
+    def _on_join_timeout(self, now: float) -> None:
+        if self.state is not State.JOINING:
+            return
+        if self._join_attempts >= self.cfg.join_attempts:
+            self.state = State.FAILED
+            log.warning("%r: join through %r gave up", self, self._join_contact)
+            return
+        self._send_join(now)
+
+    def _on_join_request(self, msg: JoinRequest, src: bytes, now: float) -> None:
+        if self.state is not State.READY:
+            self.stats.drop("join before ready")
+            return
+        joiner = Peer.from_handle(self.space, msg.joiner)
+        if joiner.id == self.me.id:
+            return
+        row = self.space.shared_prefix(self.me.id, joiner.id)
+        entries = [self.me.handle]
+        for r in range(max(msg.prev_row + 1, 0), min(row, len(self.table.rows) - 1) + 1):
+            entries.extend(p.handle for p in self.table.rows[r] if p is not None)
+        self._out.append((joiner.addr, JoinRows(self.me.handle, entries)))
+        nh = self._next_hop(joiner.id, joiner.id)
+        if nh is None or msg.hops >= 255:
+            leaves = [p.handle for p in self.leaves.members() if p.id != joiner.id]
+            self._out.append((joiner.addr, JoinReply(self.me.handle, leaves)))
+        else:
+            self._out.append((nh.addr, JoinRequest(msg.joiner, row, msg.hops + 1)))
+
+    def _on_join_rows(self, msg: JoinRows, src: bytes, now: float) -> None:
+        if self.state is not State.JOINING and self.state is not State.READY:
+            return
+        for h in msg.entries:
+            self._learn(Peer.from_handle(self.space, h), now, direct=False)
+
+    def _on_join_reply(self, msg: JoinReply, src: bytes, now: float) -> None:
+        if self.state is not State.JOINING:
+            return  # a duplicate from a retried join
+        root = Peer.from_handle(self.space, msg.root)
+        self._learn(root, now, direct=True)
+        for h in msg.leaves:
+            self._learn(Peer.from_handle(self.space, h), now, direct=False)
+        self._become_ready(now)
+        hello = Announce(self.me.handle)
+        for p in self.known_peers():
+            self._announced.add(p.id)
+            self._out.append((p.addr, hello))
+
+    def _become_ready(self, now: float) -> None:
+        self.state = State.READY
+        # Desynchronise keep-alives so a bootstrapped swarm does not ping in lock-step.
+        self._push_timer(now + self.rng.uniform(0.0, self.cfg.keepalive_s), _T_KEEPALIVE, None)
+        self.app.ready(now)
+
+    def _on_announce(self, msg: Announce, src: bytes, now: float) -> None:
+        if self.state is not State.READY:
+            return
+        peer = Peer.from_handle(self.space, msg.node)
+        was_leaf = peer.id in self.leaves
+        self._learn(peer, now, direct=True)
+        if not was_leaf and peer.id in self.leaves:
+            # It is our neighbour now: tell it about ours, which it may not know yet.
+            self._announced.add(peer.id)
+            self._out.append((peer.addr, self._leafset_reply()))
+
+    # ------------------------------------------------------------------- leaf-set maintenance
+
+    def _leafset_reply(self) -> LeafSetReply:
+        return LeafSetReply(self.me.handle, [p.handle for p in self.leaves.members()])
+
+    def _on_keepalive(self, now: float) -> None:
+        if self.state is not State.READY:
+            return
+        fail_after = self.cfg.fail_after_s
+        heard = self._last_heard
+        members = self.leaves.members()
+        for p in members:
+            t = heard.get(p.id)
+            if t is None:
+                heard[p.id] = now
+            elif now - t > fail_after:
+                self._peer_failed(p, now)
+        ping = Ping(self.me.handle)
+        members = self.leaves.members()
+        for p in members:
+            self._out.append((p.addr, ping))
+        # Forget bookkeeping about nodes that are no longer neighbours, and expired deaths.
+        if len(heard) > 2 * len(members):
+            self._last_heard = {p.id: heard.get(p.id, now) for p in members}
+        if self._dead:
+            self._dead = {i: t for i, t in self._dead.items() if t > now}
+        self._push_timer(now + self.cfg.keepalive_s, _T_KEEPALIVE, None)
+
+    def _on_ping(self, msg: Ping, src: bytes, now: float) -> None:
+        peer = Peer.from_handle(self.space, msg.sender)
+        self._learn(peer, now, direct=True)
+        if peer.id in self.leaves:
+            self._last_heard[peer.id] = now
+        else:
+            # It counts on us as a neighbour but we do not ping it back: answer explicitly.
+            self._out.append((peer.addr, Pong(self.me.handle)))
+
+    def _on_pong(self, msg: Pong, src: bytes, now: float) -> None:
+        peer = Peer.from_handle(self.space, msg.sender)
+        self._learn(peer, now, direct=True)
+        if peer.id in self.leaves:
+            self._last_heard[peer.id] = now
+
+    def _on_leafset_request(self, msg: LeafSetRequest, src: bytes, now: float) -> None:
+        peer = Peer.from_handle(self.space, msg.sender)
+        self._learn(peer, now, direct=True)
+        self._out.append((peer.addr, self._leafset_reply()))
+
+    def _on_leafset_reply(self, msg: LeafSetReply, src: bytes, now: float) -> None:
+        sender = Peer.from_handle(self.space, msg.sender)
+        self._learn(sender, now, direct=True)
+        if sender.id in self.leaves:
+            self._last_heard[sender.id] = now
+        for h in msg.leaves:
+            self._learn(Peer.from_handle(self.space, h), now, direct=False)
+
+    def _on_leave(self, msg: Leave, src: bytes, now: float) -> None:
+        peer = Peer.from_handle(self.space, msg.sender)
+        if peer.addr != src:
+            raise RemoteProtocolError("Leave for another node's address")
+        self._peer_failed(peer, now)
+
+    def _learn(self, peer: Peer, now: float, direct: bool) -> None:
+        """Consider ``peer`` for the leaf set and routing table. ``direct``: it spoke to us
+        itself, which proves it alive and overrides an earlier failure verdict."""
+        ident = peer.id
+        if ident == self.me.id:
+            return
+        if direct:
+            self._dead.pop(ident, None)
+        elif ident in self._dead:
+            return
+        if ident in self.leaves:
+            return  # already a neighbour, and was offered to the table when it became one
+        entered, evicted = self.leaves.add(peer)
+        if entered:
+            self._last_heard[ident] = now
+            self.app.update(peer, True, now)
+            for gone in evicted:
+                self.app.update(gone, False, now)
+            if not direct and self.state is State.READY and ident not in self._announced:
+                # Learnt second-hand: make sure the new neighbour knows us too.
+                self._announced.add(ident)
+                self._out.append((peer.addr, Announce(self.me.handle)))
+        self.table.add(peer, self.proximity)
+
+    def _peer_failed(self, peer: Peer, now: float) -> None:
+        ident = peer.id
+        self._dead[ident] = now + self.cfg.dead_ttl_s
+        self._last_heard.pop(ident, None)
+        self._announced.discard(ident)
+        slot = self.table.remove(ident)
+        on_left, on_right = self.leaves.side_of(ident)
+        was_leaf = self.leaves.remove(ident)
+        if slot is None and not was_leaf:
+            return
+        self.stats.peers_failed += 1
+        if slot is not None:
+            self._repair_slot(*slot)
+        if was_leaf:
+            self.app.update(peer, False, now)
+            self._repair_leaves(on_left, on_right)
+
+    def _repair_leaves(self, on_left: bool, on_right: bool) -> None:
+        """Ask the farthest live leaf on each damaged side for its leaf set."""
+        ask: dict[int, Peer] = {}
+        for damaged, side, other in (
+            (on_left, self.leaves.left, self.leaves.right),
+            (on_right, self.leaves.right, self.leaves.left),
+        ):
+            if not damaged:
+                continue
+            source = side[-1] if side else (other[-1] if other else None)
+            if source is not None:
+                ask[source.id] = source
+        req = LeafSetRequest(self.me.handle)
+        for p in ask.values():
+            self._out.append((p.addr, req))
+
+    def _repair_slot(self, row: int, col: int) -> None:
+        """Lazy routing-table repair: ask a node of the same row (else the next row) for an
+        entry for the empty slot."""
+        for r in (row, row + 1):
+            cands = [p for p in self.table.row(r)]
+            if cands:
+                peer = cands[self.rng.randrange(len(cands))]
+                self._out.append((peer.addr, RowRequest(self.me.handle, row)))
+                return
+
+    def _on_row_request(self, msg: RowRequest, src: bytes, now: float) -> None:
+        peer = Peer.from_handle(self.space, msg.sender)
+        entries = [p.handle for p in self.table.row(msg.row)]
+        self._out.append((peer.addr, RowReply(self.me.handle, msg.row, entries)))
+
+    def _on_row_reply(self, msg: RowReply, src: bytes, now: float) -> None:
+        self._learn(Peer.from_handle(self.space, msg.sender), now, direct=True)
+        for h in msg.entries:
+            peer = Peer.from_handle(self.space, h)
+            if peer.id not in self._dead and peer.id != self.me.id:
+                self.table.add(peer, self.proximity)
+
+    # -------------------------------------------------------------------------------- helpers
+
+    def _push_timer(self, deadline: float, kind: int, arg: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._timers, (deadline, self._seq, kind, arg))
+
+    def _require(self, state: State, what: str) -> None:
+        if self.state is not state:
+            raise LocalProtocolError(f"{what}() needs state {state.value}, node is {self.state.value}")
+
+
+class _Pending:
+    """A routed message awaiting its next hop's ack."""
+
+    __slots__ = ("deadline", "key", "msg", "next_hop", "reroutes")
+
+    def __init__(self, msg: Route, key: int, next_hop: Peer, deadline: float, reroutes: int):
+        self.msg = msg
+        self.key = key
+        self.next_hop = next_hop
+        self.deadline = deadline
+        self.reroutes = reroutes
+
+
+def _no_proximity(peer: Peer) -> float:
+    return 0.0
+
+
+_HANDLERS: dict[type[Message], Callable[[PastryNode, Any, bytes, float], None]] = {
+    Route: PastryNode._on_route,
+    HopAck: PastryNode._on_hop_ack,
+    JoinRequest: PastryNode._on_join_request,
+    JoinRows: PastryNode._on_join_rows,
+    JoinReply: PastryNode._on_join_reply,
+    Announce: PastryNode._on_announce,
+    LeafSetRequest: PastryNode._on_leafset_request,
+    LeafSetReply: PastryNode._on_leafset_reply,
+    Ping: PastryNode._on_ping,
+    Pong: PastryNode._on_pong,
+    RowRequest: PastryNode._on_row_request,
+    RowReply: PastryNode._on_row_reply,
+    Direct: PastryNode._on_direct,
+    Leave: PastryNode._on_leave,
+}
+
+__all__ = ["Application", "Handle", "PastryConfig", "PastryNode", "Peer", "Proximity", "State"]

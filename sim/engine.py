@@ -1,0 +1,294 @@
+"""The discrete-event engine and the simulated network the sans-IO cores talk through.
+
+Theory of operation
+-------------------
+One heap of events ordered by (virtual time, sequence number): the sequence number breaks ties in
+insertion order, which is what makes a run reproducible bit for bit. There are three kinds of
+event, matching the cores' three inputs:
+
+* ``_MSG``: a message arrives at a node: ``core.receive(msg, src_addr, now)``;
+* ``_TIMER``: a node's deadline has come: ``core.handle_timer(now)``;
+* ``_CALL``: the scenario acts (an API call such as ``route`` or ``join``, a crash, a probe of
+  the state).
+
+After every input the engine *flushes* the node: it takes the messages the core emitted and puts
+each on the network, and (re)arms the node's single timer from ``core.get_timer()``.
+
+The network charges each message its real encoded size (the same codec the runtime sends), delays
+it by the latency model's one-way delay, optionally drops it (``loss``) and, when per-host uplink
+capacities are set, serialises it behind the host's earlier messages (FIFO), so that large
+transfers queue as they would on a real access link. Messages to a crashed node vanish, as on a
+real network.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dht.errors import LocalProtocolError
+from dht.wire import Message, codec
+from sim.latency import LatencyModel
+
+_MSG, _TIMER, _CALL = 0, 1, 2
+_INF = math.inf
+PORT = b"\x0f\xa0"  # every simulated host listens on port 4000
+
+
+class Core(Protocol):
+    """What the engine needs of a sans-IO core."""
+
+    def receive(self, msg: Message, src: bytes, now: float) -> None: ...
+    def handle_timer(self, now: float) -> None: ...
+    def get_timer(self) -> float | None: ...
+    def take_messages(self) -> list[tuple[bytes, Message]]: ...
+
+
+def sim_addr(index: int) -> bytes:
+    """A 6-byte transport address (4-byte host, 2-byte port) as an IPv4 peer would have, so that
+    handles cost on the wire what they would cost for real."""
+    return index.to_bytes(4, "big") + PORT
+
+
+@dataclass(slots=True)
+class TypeCount:
+    messages: int = 0
+    bytes: int = 0
+
+
+@dataclass(slots=True)
+class NetStats:
+    """Counters per node and per message type."""
+
+    sent_messages: list[int] = field(default_factory=list)
+    sent_bytes: list[int] = field(default_factory=list)
+    received_messages: list[int] = field(default_factory=list)
+    by_type: dict[str, TypeCount] = field(default_factory=dict)
+    lost: int = 0
+    to_dead: int = 0
+    unknown_addr: int = 0
+    events: int = 0
+
+    @property
+    def messages(self) -> int:
+        return sum(self.sent_messages)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.sent_bytes)
+
+    def types_json(self) -> dict[str, dict[str, int]]:
+        return {
+            k: {"messages": v.messages, "bytes": v.bytes} for k, v in sorted(self.by_type.items())
+        }
+
+
+class Simulator:
+    """Event loop + network. Nodes are numbered 0..n-1 in the order they are added."""
+
+    def __init__(
+        self,
+        latency: LatencyModel,
+        net_rng: random.Random,
+        *,
+        loss: float = 0.0,
+        progress: Callable[[Simulator], None] | None = None,
+        progress_every_s: float = 2.0,
+    ) -> None:
+        if not 0.0 <= loss < 1.0:
+            raise LocalProtocolError(f"loss must be in [0, 1), got {loss}")
+        self.latency = latency
+        self.loss = loss
+        self.now = 0.0
+        self.cores: list[Core | None] = []
+        self.addrs: list[bytes] = []
+        self.alive: list[bool] = []
+        self.index_of: dict[bytes, int] = {}
+        self.stats = NetStats()
+        #: Per-host uplink capacity in bits/s (None: unlimited). See ``set_uplink``.
+        self.uplink_bps: list[float] | None = None
+        self._uplink_free: list[float] = []
+        self._q: list[tuple[float, int, int, int, Any, Any]] = []
+        self._seq = 0
+        self._armed: list[float] = []
+        self._rng = net_rng
+        self._stop = False
+        self._progress = progress
+        self._progress_every = progress_every_s
+        self._type_counts: dict[type, TypeCount] = {}
+        self._size = codec().size
+
+    # ----------------------------------------------------------------------------- topology
+
+    def add_nodes(self, count: int, place_rng: random.Random) -> range:
+        """Reserve ``count`` node slots (placing them in the latency model); cores come later
+        through ``attach``."""
+        start = len(self.cores)
+        self.latency.place(count, place_rng)
+        for i in range(start, start + count):
+            addr = sim_addr(i)
+            self.cores.append(None)
+            self.addrs.append(addr)
+            self.alive.append(True)
+            self.index_of[addr] = i
+            self._armed.append(_INF)
+            self.stats.sent_messages.append(0)
+            self.stats.sent_bytes.append(0)
+            self.stats.received_messages.append(0)
+            self._uplink_free.append(0.0)
+            if self.uplink_bps is not None:
+                self.uplink_bps.append(_INF)
+        return range(start, start + count)
+
+    def attach(self, index: int, core: Core) -> None:
+        self.cores[index] = core
+
+    def set_uplink(self, index: int, bits_per_s: float) -> None:
+        """Give host ``index`` a finite uplink: its messages then leave one after another, each
+        taking size/capacity seconds on the wire before the propagation delay."""
+        if bits_per_s <= 0:
+            raise LocalProtocolError("uplink capacity must be positive")
+        if self.uplink_bps is None:
+            self.uplink_bps = [_INF] * len(self.cores)
+        self.uplink_bps[index] = bits_per_s
+
+    def crash(self, index: int) -> None:
+        """The node stops dead: no more inputs, its messages in flight still arrive."""
+        self.alive[index] = False
+        self._armed[index] = _INF
+
+    # ---------------------------------------------------------------------------- scheduling
+
+    def call_at(self, at: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` at virtual time ``at`` (scenario actions)."""
+        if at < self.now:
+            raise LocalProtocolError(f"cannot schedule in the past ({at} < {self.now})")
+        self._seq += 1
+        heapq.heappush(self._q, (at, self._seq, _CALL, -1, fn, args))
+
+    def stop(self) -> None:
+        """Make ``run`` return after the current event."""
+        self._stop = True
+
+    def poke(self, index: int) -> None:
+        """Flush node ``index`` after the scenario called its API directly."""
+        self._flush(index)
+
+    # ------------------------------------------------------------------------------ the loop
+
+    def run(self, until: float = _INF) -> None:
+        """Process events until the queue is empty, virtual time passes ``until`` or ``stop``."""
+        q = self._q
+        pop = heapq.heappop
+        cores = self.cores
+        alive = self.alive
+        addrs = self.addrs
+        armed = self._armed
+        stats = self.stats
+        received = stats.received_messages
+        flush = self._flush
+        self._stop = False
+        check_every = 1 << 14
+        countdown = check_every
+        next_report = time.monotonic() + self._progress_every
+        while q:
+            if q[0][0] > until:
+                self.now = until
+                break
+            t, _, kind, i, a, b = pop(q)
+            self.now = t
+            if kind == _MSG:
+                if alive[i]:
+                    received[i] += 1
+                    cores[i].receive(b, addrs[a], t)  # type: ignore[union-attr]
+                    flush(i)
+                else:
+                    stats.to_dead += 1
+            elif kind == _TIMER:
+                if armed[i] != t or not alive[i]:
+                    continue
+                armed[i] = _INF
+                cores[i].handle_timer(t)  # type: ignore[union-attr]
+                flush(i)
+            else:
+                a(*b)
+            stats.events += 1
+            if self._stop:
+                break
+            countdown -= 1
+            if countdown == 0:
+                countdown = check_every
+                if self._progress is not None and time.monotonic() >= next_report:
+                    next_report = time.monotonic() + self._progress_every
+                    self._progress(self)
+        else:
+            if until != _INF:
+                self.now = max(self.now, until)
+
+    def _flush(self, i: int) -> None:
+        core = self.cores[i]
+        out = core.take_messages()  # type: ignore[union-attr]
+        if out:
+            now = self.now
+            stats = self.stats
+            index_of = self.index_of
+            one_way = self.latency.one_way_ms
+            size_of = self._size
+            type_counts = self._type_counts
+            q = self._q
+            uplink = self.uplink_bps
+            loss = self.loss
+            nbytes = 0
+            for addr, msg in out:
+                size = size_of(msg)
+                nbytes += size
+                cls = type(msg)
+                tc = type_counts.get(cls)
+                if tc is None:
+                    tc = type_counts[cls] = stats.by_type.setdefault(cls.__name__, TypeCount())
+                tc.messages += 1
+                tc.bytes += size
+                dst = index_of.get(addr)
+                if dst is None:
+                    stats.unknown_addr += 1
+                    continue
+                depart = now
+                if uplink is not None and uplink[i] != _INF:
+                    depart = max(now, self._uplink_free[i]) + size * 8.0 / uplink[i]
+                    self._uplink_free[i] = depart
+                if loss and self._rng.random() < loss:
+                    stats.lost += 1
+                    continue
+                self._seq += 1
+                heapq.heappush(
+                    q, (depart + one_way(i, dst) * 0.001, self._seq, _MSG, dst, i, msg)
+                )
+            stats.sent_messages[i] += len(out)
+            stats.sent_bytes[i] += nbytes
+        t = core.get_timer()  # type: ignore[union-attr]
+        if t is not None and t < self._armed[i]:
+            self._armed[i] = t
+            self._seq += 1
+            heapq.heappush(self._q, (t, self._seq, _TIMER, i, None, None))
+
+
+def print_progress(label: str) -> Callable[[Simulator], None]:
+    """A progress reporter for long runs (stderr, so ``--json`` output stays clean)."""
+    start = time.monotonic()
+
+    def report(sim: Simulator) -> None:
+        wall = time.monotonic() - start
+        print(
+            f"[{label}] t={sim.now:9.1f}s sim  {sim.stats.events:>11,} events  "
+            f"{wall:6.1f}s wall",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return report

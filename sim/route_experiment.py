@@ -1,0 +1,205 @@
+"""``rangecast sim route``: route random lookups through a simulated Pastry overlay and check
+every delivery against the oracle.
+
+Stages: place and create N nodes; bootstrap (oracle or the join protocol); optionally crash a
+fraction of them and let the failure detectors and repair run for ``repair_s`` of simulated time;
+then inject ``lookups`` lookups (exponential inter-arrival, from a random live node, for a random
+key) and run until each is delivered. A lookup is correct when it is delivered at the live node
+numerically closest to its key. Latency is from the ``route`` call to the delivery upcall.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dht.errors import LocalProtocolError
+from dht.node import Application, PastryConfig
+from dht.routing import Peer
+from sim.engine import Simulator, print_progress
+from sim.latency import latency_model
+from sim.overlay import PastryOverlay
+from sim.streams import stream
+
+
+@dataclass(frozen=True, slots=True)
+class RouteParams:
+    nodes: int = 1000
+    lookups: int = 10000
+    seed: int = 1
+    bootstrap: str = "oracle"
+    fail: float = 0.0
+    latency: str = "synthetic"
+    repair_s: float = 60.0
+    lookup_rate_per_s: float = 10000.0
+    loss: float = 0.0
+
+    def check(self) -> None:
+        if self.nodes < 1:
+            raise LocalProtocolError("--nodes must be at least 1")
+        if self.lookups < 0:
+            raise LocalProtocolError("--lookups must be >= 0")
+        if self.bootstrap not in ("oracle", "join"):
+            raise LocalProtocolError("--bootstrap must be 'oracle' or 'join'")
+        if not 0.0 <= self.fail < 1.0:
+            raise LocalProtocolError("--fail must be in [0, 1)")
+        if self.repair_s < 0 or self.lookup_rate_per_s <= 0:
+            raise LocalProtocolError("--repair-s must be >= 0 and the lookup rate > 0")
+
+
+class _Recorder(Application):
+    """Per-node application: records where each lookup arrived."""
+
+    __slots__ = ("index", "log")
+
+    def __init__(self, index: int, log: _LookupLog) -> None:
+        self.index = index
+        self.log = log
+
+    def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
+        self.log.delivered(int.from_bytes(payload, "big"), self.index, hops, now)
+
+
+class _LookupLog:
+    __slots__ = ("at", "duplicates", "hops", "latency", "outstanding", "sim", "start")
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.start: list[float] = []
+        self.at: list[int] = []
+        self.hops: list[int] = []
+        self.latency: list[float] = []
+        self.duplicates = 0
+        self.outstanding = 0
+
+    def delivered(self, lid: int, index: int, hops: int, now: float) -> None:
+        if lid >= len(self.at) or self.at[lid] != -1:
+            self.duplicates += 1
+            return
+        self.at[lid] = index
+        self.hops[lid] = hops
+        self.latency[lid] = now - self.start[lid]
+        self.outstanding -= 1
+        if self.outstanding == 0:
+            self.sim.stop()
+
+
+def _percentile(sorted_vals: list[float], q: float) -> float:
+    if not sorted_vals:
+        return 0.0
+    k = min(len(sorted_vals) - 1, max(0, math.ceil(q * len(sorted_vals)) - 1))
+    return float(sorted_vals[k])
+
+
+def run_route(
+    params: RouteParams, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    params.check()
+    wall0 = time.perf_counter()
+    say = progress or (lambda _msg: None)
+    model = latency_model(params.latency, params.seed)
+    sim = Simulator(
+        model,
+        stream(params.seed, "network"),
+        loss=params.loss,
+        progress=print_progress("route") if progress else None,
+    )
+    log = _LookupLog(sim)
+    overlay = PastryOverlay(
+        sim, params.seed, config=PastryConfig(), app_factory=lambda i: _Recorder(i, log)
+    )
+    indices = overlay.create(params.nodes)
+    say(f"{params.nodes} nodes placed ({model.name}); bootstrap: {params.bootstrap}")
+    result: dict[str, Any] = {}
+    if params.bootstrap == "oracle":
+        overlay.oracle_bootstrap(indices)
+    else:
+        joins = overlay.join_all(indices)
+        # Let the last announcements and keep-alives settle before judging the leaf sets.
+        sim.run(until=sim.now + 2 * overlay.cfg.keepalive_s)
+        mismatches = overlay.leafset_mismatches()
+        result["join"] = {**joins, "leafset_mismatches": len(mismatches)}
+        say(f"joins: {joins}, leaf sets differing from the oracle: {len(mismatches)}")
+    failed: list[int] = []
+    if params.fail > 0:
+        failed = overlay.crash_fraction(params.fail, stream(params.seed, "failures"))
+        say(f"crashed {len(failed)} nodes; repairing for {params.repair_s:g}s simulated")
+        sim.run(until=sim.now + params.repair_s)
+        result["leafset_mismatches_after_repair"] = len(overlay.leafset_mismatches())
+
+    live = overlay.live()
+    oracle = overlay.oracle()
+    lk_rng = stream(params.seed, "lookups")
+    space = overlay.space
+    log.at = [-1] * params.lookups
+    log.hops = [0] * params.lookups
+    log.latency = [0.0] * params.lookups
+    log.start = [0.0] * params.lookups
+    log.outstanding = params.lookups
+    expected: list[int] = []
+    messages_before = sim.stats.messages
+    bytes_before = sim.stats.bytes
+    t = sim.now
+    for lid in range(params.lookups):
+        t += lk_rng.expovariate(params.lookup_rate_per_s)
+        src = live[lk_rng.randrange(len(live))]
+        key = space.random_id(lk_rng)
+        expected.append(oracle.root(key))
+        sim.call_at(t, _inject, sim, overlay, log, lid, src, key)
+    say(f"routing {params.lookups} lookups from {len(live)} live nodes")
+    if params.lookups:
+        # Generous horizon: every lookup either arrives or is given up by its hops' retries.
+        sim.run(until=t + 120.0)
+    wall = time.perf_counter() - wall0
+
+    delivered = [lid for lid in range(params.lookups) if log.at[lid] != -1]
+    correct = sum(1 for lid in delivered if log.at[lid] == expected[lid])
+    hops = sorted(log.hops[lid] for lid in delivered)
+    lat = [log.latency[lid] * 1000.0 for lid in delivered]
+    sim_messages = sim.stats.messages
+    result = {
+        "nodes": params.nodes,
+        "lookups": params.lookups,
+        "correct_root_fraction": correct / params.lookups if params.lookups else 1.0,
+        "mean_hops": sum(hops) / len(hops) if hops else 0.0,
+        "p99_hops": _percentile(hops, 0.99),
+        "max_hops": hops[-1] if hops else 0,
+        "mean_latency_ms": sum(lat) / len(lat) if lat else 0.0,
+        "sim_messages": sim_messages,
+        "wall_s": wall,
+        "sim_messages_per_s": sim_messages / wall if wall > 0 else 0.0,
+        "seed": params.seed,
+        "bootstrap": params.bootstrap,
+        "latency_model": model.describe(),
+        "failed_nodes": len(failed),
+        "live_nodes": len(live),
+        "delivered": len(delivered),
+        "duplicate_deliveries": log.duplicates,
+        "log16_n": math.log(params.nodes, 16) if params.nodes > 1 else 0.0,
+        "lookup_phase": {
+            "messages": sim.stats.messages - messages_before,
+            "bytes": sim.stats.bytes - bytes_before,
+        },
+        "sim_bytes": sim.stats.bytes,
+        "sim_time_s": sim.now,
+        "messages_by_type": sim.stats.types_json(),
+        **result,
+    }
+    return result
+
+
+def _inject(
+    sim: Simulator, overlay: PastryOverlay, log: _LookupLog, lid: int, src: int, key: int
+) -> None:
+    if not sim.alive[src]:
+        return
+    log.start[lid] = sim.now
+    overlay.nodes[src].route(key, lid.to_bytes(4, "big"), sim.now)
+    sim.poke(src)
+
+
+#: Fields that depend on the machine, not on the seed: left out when comparing two runs.
+WALL_FIELDS = ("wall_s", "sim_messages_per_s")
