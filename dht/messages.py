@@ -97,7 +97,7 @@ class Direct(Message, tag=13):
 
 
 class Leave(Message, tag=14):
-    """Graceful departure: the receiver drops the sender at once instead of waiting for a timeout."""
+    """Graceful departure: the receiver drops the sender now instead of after a timeout."""
 
     sender: Handle
 

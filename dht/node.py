@@ -404,8 +404,8 @@ class PastryNode:
         self._out.append((nh.addr, msg))
         self.stats.forwarded += 1
         if self.cfg.hop_acks:
-            deadline = now + self.cfg.ack_floor_s + self.cfg.ack_rtt_factor * (
-                self.proximity(nh) / 1000.0
+            deadline = (
+                now + self.cfg.ack_floor_s + self.cfg.ack_rtt_factor * (self.proximity(nh) / 1000.0)
             )
             self._pending[msg.uid] = _Pending(msg, key, nh, deadline, reroutes)
             self._push_timer(deadline, _T_ACK, msg.uid)
@@ -678,7 +678,9 @@ class PastryNode:
 
     def _require(self, state: State, what: str) -> None:
         if self.state is not state:
-            raise LocalProtocolError(f"{what}() needs state {state.value}, node is {self.state.value}")
+            raise LocalProtocolError(
+                f"{what}() needs state {state.value}, node is {self.state.value}"
+            )
 
 
 class _Pending:

@@ -133,9 +133,9 @@ class LeafSet:
         if self.wraps:
             return True
         size, own = self.space.size, self.own
-        return (key - own) % size <= (self.right[-1].id - own) % size or (
-            own - key
-        ) % size <= (own - self.left[-1].id) % size
+        return (key - own) % size <= (self.right[-1].id - own) % size or (own - key) % size <= (
+            own - self.left[-1].id
+        ) % size
 
     def closest(self, key: int, exclude: int = -1) -> Peer | None:
         """The member numerically closest to ``key``, or None when we are closer ourselves.

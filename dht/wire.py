@@ -121,7 +121,8 @@ class Codec:
             raise LocalProtocolError(f"cannot encode {type(msg).__name__}: {exc}") from exc
         if len(frame) > self.max_bytes:
             raise LocalProtocolError(
-                f"{type(msg).__name__} encodes to {len(frame)} bytes, over the {self.max_bytes} limit"
+                f"{type(msg).__name__} encodes to {len(frame)} bytes, "
+                f"over the {self.max_bytes} byte limit"
             )
         return frame
 

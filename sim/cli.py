@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dht.errors import RangecastError
@@ -25,13 +25,22 @@ def _route(args: argparse.Namespace) -> int:
         lookup_rate_per_s=args.lookup_rate,
         loss=args.loss,
     )
-    progress = None if args.quiet else (lambda m: print(f"[route] {m}", file=sys.stderr, flush=True))
+    progress = (
+        None if args.quiet else (lambda m: print(f"[route] {m}", file=sys.stderr, flush=True))
+    )
     result = run_route(params, progress=progress)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
         _print_route_summary(result)
     return 0
+
+
+def _stderr_progress(label: str) -> Callable[[str], None]:
+    def say(message: str) -> None:
+        print(f"[{label}] {message}", file=sys.stderr, flush=True)
+
+    return say
 
 
 def _print_route_summary(r: dict[str, Any]) -> None:
@@ -61,11 +70,21 @@ def _print_route_summary(r: dict[str, Any]) -> None:
     print("\n".join(lines))
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rangecast")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rangecast",
         description="Content-based publish/subscribe over a Pastry-style DHT: simulator and tools.",
     )
+    parser.add_argument("--version", action="version", version=f"rangecast {_version()}")
     top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sim = top.add_parser("sim", help="run a simulated experiment")
     sims = sim.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
@@ -78,16 +97,30 @@ def build_parser() -> argparse.ArgumentParser:
     route.add_argument("--nodes", type=int, default=1000, help="overlay size N")
     route.add_argument("--lookups", type=int, default=10000, help="number of lookups L")
     route.add_argument("--seed", type=int, default=1, help="seed of every random stream")
-    route.add_argument("--bootstrap", choices=("oracle", "join"), default="oracle",
-                       help="build routing state directly, or run the join protocol node by node")
-    route.add_argument("--fail", type=float, default=0.0,
-                       help="fraction of nodes to crash before the lookups")
-    route.add_argument("--repair-s", type=float, default=60.0,
-                       help="simulated seconds of failure detection and repair after crashing")
-    route.add_argument("--latency", default="synthetic",
-                       help="'synthetic' or the path of a square RTT matrix (ms)")
-    route.add_argument("--lookup-rate", type=float, default=10000.0,
-                       help="lookups injected per simulated second (Poisson)")
+    route.add_argument(
+        "--bootstrap",
+        choices=("oracle", "join"),
+        default="oracle",
+        help="build routing state directly, or run the join protocol node by node",
+    )
+    route.add_argument(
+        "--fail", type=float, default=0.0, help="fraction of nodes to crash before the lookups"
+    )
+    route.add_argument(
+        "--repair-s",
+        type=float,
+        default=60.0,
+        help="simulated seconds of failure detection and repair after crashing",
+    )
+    route.add_argument(
+        "--latency", default="synthetic", help="'synthetic' or the path of a square RTT matrix (ms)"
+    )
+    route.add_argument(
+        "--lookup-rate",
+        type=float,
+        default=10000.0,
+        help="lookups injected per simulated second (Poisson)",
+    )
     route.add_argument("--loss", type=float, default=0.0, help="message loss probability")
     route.add_argument("--json", action="store_true", help="print one JSON object")
     route.add_argument("--quiet", action="store_true", help="no progress on stderr")

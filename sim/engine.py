@@ -266,9 +266,7 @@ class Simulator:
                     stats.lost += 1
                     continue
                 self._seq += 1
-                heapq.heappush(
-                    q, (depart + one_way(i, dst) * 0.001, self._seq, _MSG, dst, i, msg)
-                )
+                heapq.heappush(q, (depart + one_way(i, dst) * 0.001, self._seq, _MSG, dst, i, msg))
             stats.sent_messages[i] += len(out)
             stats.sent_bytes[i] += nbytes
         t = core.get_timer()  # type: ignore[union-attr]
@@ -285,8 +283,7 @@ def print_progress(label: str) -> Callable[[Simulator], None]:
     def report(sim: Simulator) -> None:
         wall = time.monotonic() - start
         print(
-            f"[{label}] t={sim.now:9.1f}s sim  {sim.stats.events:>11,} events  "
-            f"{wall:6.1f}s wall",
+            f"[{label}] t={sim.now:9.1f}s sim  {sim.stats.events:>11,} events  {wall:6.1f}s wall",
             file=sys.stderr,
             flush=True,
         )

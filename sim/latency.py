@@ -6,7 +6,7 @@ onto underlying *hosts* and answers "how long does a message from node ``a`` tak
 
 ``MatrixLatency`` ("matrix:<filename>")
     Replays a measured all-pairs RTT matrix, e.g. the 490-host PlanetLab slice
-    ``/work/shared/data/planetlab490_rtt_ms_slice1.txt`` (mean off-diagonal RTT 146.84 ms).
+    ``shared/data/planetlab490_rtt_ms_slice1.txt`` (mean off-diagonal RTT 146.84 ms).
     One-way delay is half the RTT between the two nodes' hosts. Nodes are assigned to hosts
     uniformly at random with the rng given to ``place()``, so an overlay may have more nodes than
     the matrix has hosts. Two *distinct* nodes that land on the same host get ``same_host_ms``
@@ -67,6 +67,8 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, Self
 
+from dht.errors import RangecastError
+
 __all__ = [
     "DEFAULT_CLUSTERS",
     "DEFAULT_SAME_HOST_MS",
@@ -79,7 +81,7 @@ __all__ = [
     "latency_model",
 ]
 
-# Mean off-diagonal RTT of /work/shared/data/planetlab490_rtt_ms_slice1.txt. The synthetic model is
+# Mean off-diagonal RTT of shared/data/planetlab490_rtt_ms_slice1.txt. The synthetic model is
 # calibrated to it so that experiments under the two models are comparable.
 PLANETLAB_MEAN_RTT_MS = 146.84
 
@@ -87,7 +89,7 @@ PLANETLAB_MEAN_RTT_MS = 146.84
 DEFAULT_SAME_HOST_MS = 0.25
 
 
-class LatencyModelError(ValueError):
+class LatencyModelError(RangecastError, ValueError):
     """A latency model spec, matrix file or parameter is invalid."""
 
 
@@ -129,6 +131,18 @@ class LatencyModel(ABC):
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """JSON-able summary: name, hosts, mean_rtt_ms and the model's parameters."""
+
+    def nearest(self, a: int, candidates: Sequence[int]) -> int:
+        """The candidate with the smallest one-way delay from ``a`` (first one on ties).
+        Models override it with a tighter loop: the oracle bootstrap's proximity neighbour
+        selection asks it millions of times."""
+        one_way = self.one_way_ms
+        best, best_d = candidates[0], one_way(a, candidates[0])
+        for c in candidates[1:]:
+            d = one_way(a, c)
+            if d < best_d:
+                best, best_d = c, d
+        return best
 
     # Optional extras for analysis and tests; not abstract, so minimal models (e.g. test stubs)
     # need only implement the interface above.
@@ -353,6 +367,16 @@ class MatrixLatency(LatencyModel):
         host = self._host
         return self._one_way[host[a]][host[b]]
 
+    def nearest(self, a: int, candidates: Sequence[int]) -> int:
+        host = self._host
+        row = self._one_way[host[a]]
+        best, best_d = -1, math.inf
+        for c in candidates:
+            d = row[host[c]] if c != a else 0.0
+            if d < best_d:
+                best, best_d = c, d
+        return best
+
     def mean_rtt_ms(self) -> float:
         return self._mean_rtt_ms
 
@@ -540,6 +564,18 @@ class SyntheticLatency(LatencyModel):
         site = self._site
         access = self._access
         return self._core[site[a]][site[b]] + (access[a] + access[b])
+
+    def nearest(self, a: int, candidates: Sequence[int]) -> int:
+        # access[a] is common to every candidate, so it is left out of the comparison.
+        site = self._site
+        access = self._access
+        row = self._core[site[a]]
+        best, best_d = -1, math.inf
+        for c in candidates:
+            d = row[site[c]] + access[c] if c != a else -1.0
+            if d < best_d:
+                best, best_d = c, d
+        return best
 
     def mean_rtt_ms(self) -> float:
         """Expected RTT between nodes on two distinct sites, averaged over all site pairs.

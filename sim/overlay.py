@@ -104,7 +104,7 @@ class PastryOverlay:
         order = sorted(indices, key=lambda i: peers[i].id)
         ids = [peers[i].id for i in order]
         n = len(order)
-        one_way = self.sim.latency.one_way_ms
+        nearest = self.sim.latency.nearest
         now = self.sim.now
         radix, b, bits = space.radix, space.b, space.bits
         for k, i in enumerate(order):
@@ -130,13 +130,7 @@ class PastryOverlay:
                         entries[d] = peers[order[lo]]
                         continue
                     step = max(1, (hi - lo) // pns_sample)
-                    best_j, best_lat = -1, float("inf")
-                    for pos in range(lo, hi, step):
-                        j = order[pos]
-                        lat = one_way(i, j)
-                        if lat < best_lat:
-                            best_j, best_lat = j, lat
-                    entries[d] = peers[best_j]
+                    entries[d] = peers[nearest(i, order[lo:hi:step])]
                 rows.append(entries)
                 # Deeper rows exist only while other nodes share our next digit too.
                 lo = bisect.bisect_left(ids, (base | own_digit) << shift)

@@ -94,9 +94,7 @@ def _percentile(sorted_vals: list[float], q: float) -> float:
     return float(sorted_vals[k])
 
 
-def run_route(
-    params: RouteParams, progress: Callable[[str], None] | None = None
-) -> dict[str, Any]:
+def run_route(params: RouteParams, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     params.check()
     wall0 = time.perf_counter()
     say = progress or (lambda _msg: None)
@@ -114,6 +112,8 @@ def run_route(
     indices = overlay.create(params.nodes)
     say(f"{params.nodes} nodes placed ({model.name}); bootstrap: {params.bootstrap}")
     result: dict[str, Any] = {}
+    phases: dict[str, float] = {"setup": time.perf_counter() - wall0}
+    mark = time.perf_counter()
     if params.bootstrap == "oracle":
         overlay.oracle_bootstrap(indices)
     else:
@@ -123,6 +123,8 @@ def run_route(
         mismatches = overlay.leafset_mismatches()
         result["join"] = {**joins, "leafset_mismatches": len(mismatches)}
         say(f"joins: {joins}, leaf sets differing from the oracle: {len(mismatches)}")
+    phases["bootstrap"] = time.perf_counter() - mark
+    mark = time.perf_counter()
     failed: list[int] = []
     if params.fail > 0:
         failed = overlay.crash_fraction(params.fail, stream(params.seed, "failures"))
@@ -130,6 +132,8 @@ def run_route(
         sim.run(until=sim.now + params.repair_s)
         result["leafset_mismatches_after_repair"] = len(overlay.leafset_mismatches())
 
+    phases["failures"] = time.perf_counter() - mark
+    mark = time.perf_counter()
     live = overlay.live()
     oracle = overlay.oracle()
     lk_rng = stream(params.seed, "lookups")
@@ -153,6 +157,7 @@ def run_route(
     if params.lookups:
         # Generous horizon: every lookup either arrives or is given up by its hops' retries.
         sim.run(until=t + 120.0)
+    phases["lookups"] = time.perf_counter() - mark
     wall = time.perf_counter() - wall0
 
     delivered = [lid for lid in range(params.lookups) if log.at[lid] != -1]
@@ -171,6 +176,7 @@ def run_route(
         "sim_messages": sim_messages,
         "wall_s": wall,
         "sim_messages_per_s": sim_messages / wall if wall > 0 else 0.0,
+        "wall_phases_s": phases,
         "seed": params.seed,
         "bootstrap": params.bootstrap,
         "latency_model": model.describe(),
@@ -202,4 +208,4 @@ def _inject(
 
 
 #: Fields that depend on the machine, not on the seed: left out when comparing two runs.
-WALL_FIELDS = ("wall_s", "sim_messages_per_s")
+WALL_FIELDS = ("wall_s", "sim_messages_per_s", "wall_phases_s")

@@ -1,0 +1,41 @@
+# Set-up and the two everyday jobs. Everything lives in ./.venv, created on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test test-all lint bench clean
+
+# The main job: a routing experiment on 10,000 simulated nodes, with its summary.
+demo: $(VENV)/.installed
+	$(BIN)/rangecast sim route --nodes 10000 --lookups 100000 --seed 1
+
+# The tests CI runs: the fast suite (slow scenario tests are marked and skipped) and the linter.
+test: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+# Everything, slow scenarios included.
+test-all: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/sim_throughput.py
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@ $(VENV)/.installed
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis
