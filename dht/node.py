@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -76,6 +77,8 @@ Proximity = Callable[[Peer], float]
 class PastryConfig:
     space: IdSpace = DEFAULT_SPACE
     leaf_set_size: int = 16
+    #: Leaf-set ping period; ``math.inf`` switches keep-alives off (no failure detection but
+    #: hop acks), for failure-free experiments where maintenance traffic would only cost time.
     keepalive_s: float = 5.0
     fail_after_s: float = 12.0
     hop_acks: bool = True
@@ -90,7 +93,9 @@ class PastryConfig:
     def __post_init__(self) -> None:
         if self.leaf_set_size < 2 or self.leaf_set_size % 2:
             raise LocalProtocolError(f"leaf_set_size {self.leaf_set_size} must be even and >= 2")
-        if self.keepalive_s <= 0 or self.fail_after_s <= self.keepalive_s:
+        if self.keepalive_s <= 0 or (
+            self.keepalive_s != math.inf and self.fail_after_s <= self.keepalive_s
+        ):
             raise LocalProtocolError("need 0 < keepalive_s < fail_after_s")
 
 
@@ -515,7 +520,9 @@ class PastryNode:
     def _become_ready(self, now: float) -> None:
         self.state = State.READY
         # Desynchronise keep-alives so a bootstrapped swarm does not ping in lock-step.
-        self._push_timer(now + self.rng.uniform(0.0, self.cfg.keepalive_s), _T_KEEPALIVE, None)
+        if self.cfg.keepalive_s != math.inf:
+            first = now + self.rng.uniform(0.0, self.cfg.keepalive_s)
+            self._push_timer(first, _T_KEEPALIVE, None)
         self.app.ready(now)
 
     def _on_announce(self, msg: Announce, src: bytes, now: float) -> None:

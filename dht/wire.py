@@ -150,6 +150,17 @@ class Codec:
             raise WireError(f"undecodable frame: {type(exc).__name__}: {exc}") from None
 
 
+def payload_tag(payload: bytes) -> int | None:
+    """The tag of the message a payload frame holds, read without decoding it (for accounting:
+    the simulator charges a routed message to the type it carries). None if it is no frame."""
+    if len(payload) < 3 or payload[0] != WIRE_VERSION or not 0x90 <= payload[1] <= 0x9F:
+        return None
+    tag = payload[2]
+    if tag < 0x80:
+        return tag
+    return payload[3] if tag == 0xCC and len(payload) > 3 else None
+
+
 def codec() -> Codec:
     """The codec over every message registered so far (rebuilt when a layer registers more)."""
     global _codec

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from dht.errors import RangecastError
@@ -34,6 +35,72 @@ def _route(args: argparse.Namespace) -> int:
     else:
         _print_route_summary(result)
     return 0
+
+
+def _thesis(args: argparse.Namespace) -> int:
+    from pubsub.node import OverlayConfig
+    from sim.thesis_experiment import ThesisParams, run_thesis
+
+    params = ThesisParams(
+        nodes=args.nodes,
+        subs_per_node=args.subs_per_node,
+        events=args.events,
+        seed=args.seed,
+        lb=args.lb == "on",
+        partial=args.partial,
+        events_from=args.events_from,
+        missing=args.missing,
+        latency=args.latency,
+        overlay=OverlayConfig(
+            min_level=args.min_level, max_level=args.max_level, p=args.p, cutoff=args.cutoff
+        ),
+    )
+    progress = None if args.quiet else _stderr_progress("thesis")
+    result = run_thesis(params, progress=progress)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(result, sort_keys=True, indent=1))
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        _print_thesis_summary(result)
+    return 0 if result["missed"] == result["duplicates"] == result["false_positives"] == 0 else 1
+
+
+def _print_thesis_summary(r: dict[str, Any]) -> None:
+    lm = r["latency_model"]
+    il, dl = r["install_latency_ms"], r["delivery_latency_ms"]
+    pb, pr = r["publish_bytes_per_event_per_node"], r["probe_bytes_per_event_per_node"]
+    tree = r["tree"]
+    verdict = (
+        "every matching subscriber got every event exactly once"
+        if r["missed"] == r["duplicates"] == r["false_positives"] == 0
+        else "MISMATCH against the oracle"
+    )
+    lines = [
+        f"Content-based pub/sub, thesis workload: {r['nodes']:,} nodes, "
+        f"{r['subscriptions']:,} subscriptions, {r['events']:,} events, seed {r['seed']}",
+        f"  schema {r['schema']} ({r['partial']}), load balancing {'on' if r['lb'] else 'off'}, "
+        f"latency model {lm['name']} (mean RTT {lm['mean_rtt_ms']:.0f} ms)",
+        f"  oracle             {r['expected_deliveries']:,} expected deliveries; "
+        f"missed {r['missed']}, duplicates {r['duplicates']}, "
+        f"false positives {r['false_positives']}: {verdict}",
+        f"  install latency    mean {il['mean']:.0f} ms, p50 {il['p50']:.0f}, "
+        f"p90 {il['p90']:.0f}, p99 {il['p99']:.0f}   (thesis: mean 331 ms)",
+        f"  delivery latency   mean {dl['mean']:.0f} ms, p50 {dl['p50']:.0f}, "
+        f"p90 {dl['p90']:.0f}, max {dl['max']:.0f}   (thesis: mean 333 ms)",
+        f"  install bandwidth  {r['install_bytes_per_sub_per_node_mean']:.2f} bytes per "
+        f"subscription per node   (thesis: 14.32)",
+        f"  publish bandwidth  mean {pb['mean']:.0f} B per event per node, p90 {pb['p90']:.0f}, "
+        f"max {pb['max']:.0f}   (thesis: mean 1.32 KB)",
+        f"  probe bandwidth    mean {pr['mean']:.0f} B per event per node, max {pr['max']:.0f}",
+        f"  2d-tree            {tree['leaves']:,} leaves, {tree['internal']:,} internal, "
+        f"max depth {tree['max_depth']}",
+        f"  simulated messages {r['sim_messages']:,}; wall {r['wall_s']:.1f} s "
+        f"({r['sim_messages_per_s']:,.0f} messages/s)",
+    ]
+    print("\n".join(lines))
 
 
 def _stderr_progress(label: str) -> Callable[[str], None]:
@@ -125,6 +192,52 @@ def build_parser() -> argparse.ArgumentParser:
     route.add_argument("--json", action="store_true", help="print one JSON object")
     route.add_argument("--quiet", action="store_true", help="no progress on stderr")
     route.set_defaults(func=_route)
+
+    run = sims.add_parser("run", help="run a publish/subscribe scenario")
+    scen = run.add_subparsers(dest="scenario", required=True, metavar="SCENARIO")
+    thesis = scen.add_parser(
+        "thesis",
+        help="the thesis' evaluation workload, every delivery checked by a brute-force oracle",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    thesis.add_argument("--nodes", type=int, default=1000)
+    thesis.add_argument("--subs-per-node", type=float, default=5.0)
+    thesis.add_argument("--events", type=int, default=10_000)
+    thesis.add_argument("--seed", type=int, default=1)
+    thesis.add_argument(
+        "--lb",
+        choices=("on", "off"),
+        default="off",
+        help="load balancing with a cut-off line per attribute",
+    )
+    thesis.add_argument(
+        "--partial",
+        choices=("strict", "lenient"),
+        default="strict",
+        help="rule for events that lack an attribute a subscription constrains",
+    )
+    thesis.add_argument(
+        "--events-from",
+        metavar="CSV",
+        help="publish the rows of a CSV file instead of generated events",
+    )
+    thesis.add_argument("--missing", type=float, help="value marking an absent CSV cell")
+    thesis.add_argument(
+        "--latency", default="synthetic", help="'synthetic' or the path of a square RTT matrix (ms)"
+    )
+    thesis.add_argument("--min-level", type=int, default=2, help="RndRegionProbe min level")
+    thesis.add_argument("--max-level", type=int, default=10, help="RndRegionProbe max level")
+    thesis.add_argument("--p", type=float, default=0.5, help="RndRegionProbe probability")
+    thesis.add_argument(
+        "--cutoff",
+        type=float,
+        default=0.1,
+        help="load-balancing cut-off c as a fraction of each domain",
+    )
+    thesis.add_argument("--out", metavar="DIR", help="write summary.json into DIR")
+    thesis.add_argument("--json", action="store_true", help="print one JSON object")
+    thesis.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    thesis.set_defaults(func=_thesis)
     return parser
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dht.errors import LocalProtocolError
-from dht.wire import Message, codec
+from dht.wire import Message, codec, payload_tag, registered
 from sim.latency import LatencyModel
 
 _MSG, _TIMER, _CALL = 0, 1, 2
@@ -60,6 +60,8 @@ def sim_addr(index: int) -> bytes:
 class TypeCount:
     messages: int = 0
     bytes: int = 0
+    #: Bytes sent by each node.
+    per_node: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -121,8 +123,15 @@ class Simulator:
         self._stop = False
         self._progress = progress
         self._progress_every = progress_every_s
-        self._type_counts: dict[type, TypeCount] = {}
+        #: Accounting key of each message: its type, or for a message carrying an application
+        #: payload (a routed ``Route``, a ``Direct``), the type of the payload, so that bytes are
+        #: charged to what the application sent (routing headers included).
+        self._type_counts: dict[Any, TypeCount] = {}
         self._size = codec().size
+        #: Cores with application events (``take_events``) hand them to ``on_events`` after
+        #: every input: (node index, events).
+        self.on_events: Callable[[int, list[Any]], None] | None = None
+        self._take_events: list[Callable[[], list[Any]] | None] = []
 
     # ----------------------------------------------------------------------------- topology
 
@@ -134,6 +143,7 @@ class Simulator:
         for i in range(start, start + count):
             addr = sim_addr(i)
             self.cores.append(None)
+            self._take_events.append(None)
             self.addrs.append(addr)
             self.alive.append(True)
             self.index_of[addr] = i
@@ -142,12 +152,15 @@ class Simulator:
             self.stats.sent_bytes.append(0)
             self.stats.received_messages.append(0)
             self._uplink_free.append(0.0)
+            for tc in self.stats.by_type.values():
+                tc.per_node.append(0)
             if self.uplink_bps is not None:
                 self.uplink_bps.append(_INF)
         return range(start, start + count)
 
     def attach(self, index: int, core: Core) -> None:
         self.cores[index] = core
+        self._take_events[index] = getattr(core, "take_events", None)
 
     def set_uplink(self, index: int, bits_per_s: float) -> None:
         """Give host ``index`` a finite uplink: its messages then leave one after another, each
@@ -231,6 +244,17 @@ class Simulator:
             if until != _INF:
                 self.now = max(self.now, until)
 
+    def _new_count(self, kind: Any) -> TypeCount:
+        if isinstance(kind, int):
+            cls = registered().get(kind)
+            name = cls.__name__ if cls is not None else f"payload#{kind}"
+        else:
+            name = kind.__name__
+        tc = self.stats.by_type.get(name)
+        if tc is None:
+            tc = self.stats.by_type[name] = TypeCount(per_node=[0] * len(self.cores))
+        return tc
+
     def _flush(self, i: int) -> None:
         core = self.cores[i]
         out = core.take_messages()  # type: ignore[union-attr]
@@ -248,12 +272,14 @@ class Simulator:
             for addr, msg in out:
                 size = size_of(msg)
                 nbytes += size
-                cls = type(msg)
-                tc = type_counts.get(cls)
+                payload = getattr(msg, "payload", None)
+                kind: Any = (payload is not None and payload_tag(payload)) or type(msg)
+                tc = type_counts.get(kind)
                 if tc is None:
-                    tc = type_counts[cls] = stats.by_type.setdefault(cls.__name__, TypeCount())
+                    tc = type_counts[kind] = self._new_count(kind)
                 tc.messages += 1
                 tc.bytes += size
+                tc.per_node[i] += size
                 dst = index_of.get(addr)
                 if dst is None:
                     stats.unknown_addr += 1
@@ -269,6 +295,11 @@ class Simulator:
                 heapq.heappush(q, (depart + one_way(i, dst) * 0.001, self._seq, _MSG, dst, i, msg))
             stats.sent_messages[i] += len(out)
             stats.sent_bytes[i] += nbytes
+        take = self._take_events[i]
+        if take is not None:
+            events = take()
+            if events and self.on_events is not None:
+                self.on_events(i, events)
         t = core.get_timer()  # type: ignore[union-attr]
         if t is not None and t < self._armed[i]:
             self._armed[i] = t

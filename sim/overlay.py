@@ -19,7 +19,7 @@ from dht.errors import LocalProtocolError
 from dht.ids import IdSpace
 from dht.node import Application, PastryConfig, PastryNode, State
 from dht.routing import Peer
-from sim.engine import Simulator
+from sim.engine import Core, Simulator
 from sim.latency import LatencyModel
 from sim.streams import stream
 
@@ -49,12 +49,17 @@ class PastryOverlay:
         *,
         config: PastryConfig | None = None,
         app_factory: Callable[[int], Application] | None = None,
+        core_factory: Callable[[int, PastryNode], Core] | None = None,
     ) -> None:
         self.sim = sim
         self.seed = seed
         self.cfg = config or PastryConfig()
         self.space: IdSpace = self.cfg.space
         self.app_factory = app_factory
+        #: Wraps each Pastry node into the core the engine drives (the overlay stack);
+        #: by default the engine drives the Pastry node itself.
+        self.core_factory = core_factory
+        self.cores: list[Core] = []
         self.nodes: list[PastryNode] = []
         self.peers: list[Peer] = []
         self._ids_rng = stream(seed, "ids")
@@ -84,9 +89,11 @@ class PastryOverlay:
                 proximity=_RttTo(i, self.sim.latency, self.sim.index_of),
                 app=app,
             )
+            core: Core = self.core_factory(i, node) if self.core_factory else node
             self.nodes.append(node)
             self.peers.append(node.me)
-            self.sim.attach(i, node)
+            self.cores.append(core)
+            self.sim.attach(i, core)
         return indices
 
     def live(self) -> list[int]:

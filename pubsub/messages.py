@@ -1,0 +1,132 @@
+"""The content-based overlay's wire messages (tags 64-127).
+
+The seven message types of the thesis (section 4.2.1) map onto these: ProbeSubMessage and
+InsertSubMessage are one ``ProbeSub`` (the home stores the subscription as soon as the probe finds
+it, then acknowledges with ``InstallAck``), LeafUpdateMessage is ``LeafUpdate``,
+TransferSubMessage is ``TransferSub``, ProbePubMessage is ``ProbePub``, EventDeliveryMessage is
+``EventDelivery``; ProbePubMulticastMessage belongs to the multicast layer.
+
+Routed messages travel as the payload of a DHT ``Route`` to the key of their ``target`` tree
+node; ``InstallAck`` and ``EventDelivery`` go point-to-point to the subscriber's address.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from dht.wire import U8, U63, Handle, Message, register
+
+U16 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFF)]
+U32 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFFFFFF)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+Depth = Annotated[int, msgspec.Meta(ge=0, le=62)]
+
+#: ProbeSub operations.
+OP_INSERT, OP_REMOVE = 0, 1
+
+
+class Ref(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A tree node on the wire: schema, attribute index, depth and path bits."""
+
+    schema: Name
+    attr: U8
+    depth: Depth
+    path: U63
+
+
+class Pred(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One predicate: attribute index, bounds, and openness (bit 0: lower open, bit 1: upper)."""
+
+    attr: U8
+    lo: float
+    hi: float
+    flags: U8
+
+
+class StoredSub(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A stored subscription object (thesis 3.3.1: subscriber handle, sid, subscription) and
+    where it is placed: the base attribute, which load-balancing piece of it this is, the piece's
+    range, and the (widened) point it is stored at."""
+
+    subscriber: Handle
+    sid: U32
+    gen: U16
+    preds: list[Pred]
+    base: U8
+    piece: U16
+    pieces: U16
+    piece_lo: float
+    piece_hi: float
+    x: float
+    y: float
+
+
+class Event(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """An event: one value per schema attribute, None where it is absent (a partial event)."""
+
+    eid: U63
+    schema: Name
+    values: list[float | None]
+
+
+class ProbeSub(Message, tag=64):
+    """RndLeafProbe: look for the leaf holding ``sub``'s point, starting at ``target``.
+    ``via_lrt``: an internal node's leaf table named ``target``, so it exists or is being
+    created; ``jumps`` bounds the jump-ups."""
+
+    op: U8
+    target: Ref
+    via_lrt: bool
+    jumps: U8
+    sub: StoredSub
+
+
+class InstallAck(Message, tag=65):
+    """To the subscriber: a piece was stored (op insert) or removed (op remove)."""
+
+    op: U8
+    sid: U32
+    gen: U16
+    piece: U16
+    found: bool
+
+
+class LeafUpdate(Message, tag=66):
+    """To the parent (and on to the root): ``split`` became internal with two leaf children."""
+
+    split: Ref
+    #: Depth of the ancestor this copy is for (the message climbs one level per hop).
+    at_depth: Depth
+
+
+class TransferSub(Message, tag=67):
+    """Creates leaf ``target`` with the subscriptions its parent's split gave it. ``seen``: events
+    the parent matched recently, so that no subscription matches an event twice."""
+
+    target: Ref
+    subs: list[StoredSub]
+    seen: list[U63]
+
+
+class ProbePub(Message, tag=68):
+    """RndRegionProbe: match ``event`` on attribute ``target.attr`` in the part of the target
+    region inside zone ``scope`` (a node at or below ``target`` in the tree)."""
+
+    event: Event
+    target: Ref
+    scope_depth: Depth
+    scope_path: U63
+    via_lrt: bool
+    jumps: U8
+
+
+class EventDelivery(Message, tag=69):
+    """To the subscriber: ``event`` matched its subscriptions ``sids``."""
+
+    event: Event
+    sids: list[U32]
+
+
+register("pubsub", ProbeSub, InstallAck, LeafUpdate, TransferSub, ProbePub, EventDelivery)

@@ -1,0 +1,698 @@
+"""The content-based overlay on one peer, as a sans-IO state machine on top of a Pastry node.
+
+Theory of operation
+-------------------
+``PubSubNode`` is the DHT node's ``Application``: it receives routed payloads (``deliver``) and
+point-to-point ones (``receive_direct``) through the KBR upcalls, and sends with ``route`` and
+``send_direct``. Its own inputs are the API calls (``subscribe``, ``unsubscribe``, ``modify``,
+``publish``) and ``handle_timer(now)``; its outputs are the DHT node's messages, ``get_timer()``
+and the application events in ``take_events()``. It reads no clock and draws randomness only from
+the ``random.Random`` it is given.
+
+It plays three roles at once:
+
+* **Host of tree nodes.** Every tree node lives on the DHT root of the SHA-1 of its identifier.
+  A leaf stores subscription pieces up to the peer's capacity, then splits: it divides them by
+  point between its two children (``TransferSub``, which creates each child), becomes internal
+  with a LeafNodeRoutingTable naming the children, and tells its ancestors (``LeafUpdate``, passed
+  up to the root). The root of each attribute tree is created on first use.
+* **Subscriber.** RndLeafProbe (thesis 3.3): pick a base attribute at random; its range (or,
+  under load balancing, each piece of it) is a point, widened by a small random amount so that
+  identical ranges still split apart; guess a random level and route a ``ProbeSub`` to the zone
+  at that level holding the point. A leaf stores it and acknowledges; an internal node forwards
+  to the leaf its table names; a peer that hosts no such node (the guess was too deep) jumps up to
+  the ancestor at half the depth. A probe that a table sent to a node which does not exist yet
+  (its ``TransferSub`` is still on its way) is parked until the node is created.
+* **Publisher.** RndRegionProbe (thesis 3.4.1): for each attribute to probe, select zones by
+  breadth-first search over the target region (a zone at ``max_level`` is always selected, one
+  at or below ``min_level`` with probability ``p``, others are split) and route a ``ProbePub`` to
+  each. Leaves match (each event at most once per leaf), internal nodes forward to their table's
+  leaves within the probe's scope, missing nodes jump up. Matched subscribers get one
+  ``EventDelivery`` per leaf, naming their matching subscriptions.
+
+Whose fault: our own misuse (an unknown schema, a subscription for another schema, an unknown sid)
+raises ``LocalProtocolError`` at the call. A malformed or inconsistent message from the network
+is counted in ``stats``, logged and dropped.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from dht.node import Application, PastryNode
+from dht.routing import Peer
+from dht.wire import Message, codec
+from pubsub.messages import (
+    OP_INSERT,
+    OP_REMOVE,
+    Event,
+    EventDelivery,
+    InstallAck,
+    LeafUpdate,
+    Pred,
+    ProbePub,
+    ProbeSub,
+    Ref,
+    StoredSub,
+    TransferSub,
+)
+from pubsub.schema import Schema, SchemaRegistry
+from pubsub.space import MAX_DEPTH, AttributeSpace, TreeId, zone_overlaps
+from pubsub.subscription import Subscription
+from pubsub.tree import TreeNode
+
+log = logging.getLogger("rangecast.pubsub")
+
+
+@dataclass(frozen=True, slots=True)
+class OverlayConfig:
+    """Knobs of the overlay. Every peer of an overlay must agree on ``load_balancing``,
+    ``cutoff`` and ``widen`` (they decide where subscriptions are stored and which regions
+    events search)."""
+
+    #: RndLeafProbe guesses a level in [1, max_probe_level] (thesis: 10).
+    max_probe_level: int = 10
+    #: RndRegionProbe: zones at max_level are always selected; zones at depth >= min_level are
+    #: selected with probability p.
+    min_level: int = 2
+    max_level: int = 10
+    p: float = 0.5
+    #: A leaf at this depth never splits (last resort for points widening cannot separate).
+    max_depth: int = 48
+    #: Stored points are widened by up to this fraction of the domain on each side.
+    widen: float = 1e-3
+    #: Cut-off line y = x + c per attribute, c as a fraction of the domain (thesis 3.5).
+    load_balancing: bool = False
+    cutoff: float = 0.1
+    #: How long a probe waits at a node that a leaf table named but that does not exist yet.
+    park_timeout_s: float = 10.0
+    #: How long a leaf remembers the events it matched (probes of one event arrive within it).
+    dedup_window_s: float = 120.0
+    max_jumps: int = 64
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_probe_level <= MAX_DEPTH:
+            raise LocalProtocolError(f"max_probe_level must be in [1, {MAX_DEPTH}]")
+        if not 0 <= self.min_level <= self.max_level <= MAX_DEPTH:
+            raise LocalProtocolError("need 0 <= min_level <= max_level <= 60")
+        if not 0.0 <= self.p <= 1.0:
+            raise LocalProtocolError("p must be a probability")
+        if not 1 <= self.max_depth <= MAX_DEPTH:
+            raise LocalProtocolError(f"max_depth must be in [1, {MAX_DEPTH}]")
+        if not 0.0 <= self.widen < 0.01:
+            raise LocalProtocolError("widen must be in [0, 0.01)")
+        if self.load_balancing and not 4 * self.widen < self.cutoff <= 1.0:
+            raise LocalProtocolError("cutoff must be in (4 * widen, 1]")
+
+
+# ------------------------------------------------------------------------ application events
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionInstalled:
+    """Every piece of subscription ``sid`` is stored and acknowledged."""
+
+    sid: int
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionRemoved:
+    sid: int
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class EventDelivered:
+    """``event`` arrived for our subscriptions ``sids`` (one message from one leaf)."""
+
+    event: Event
+    sids: tuple[int, ...]
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class PieceStored:
+    """Observability: this peer stored a subscription piece at leaf ``tid`` (emitted by the
+    host, not the subscriber; the simulator measures install latency with it)."""
+
+    subscriber: bytes
+    sid: int
+    gen: int
+    piece: int
+    tid: TreeId
+    now: float
+
+
+AppEvent = SubscriptionInstalled | SubscriptionRemoved | EventDelivered | PieceStored
+
+
+@dataclass(slots=True)
+class OverlayStats:
+    malformed: int = 0
+    stored: int = 0
+    splits: int = 0
+    jumps: int = 0
+    parked: int = 0
+    park_timeouts: int = 0
+    lost: int = 0
+    duplicate_probes: int = 0
+    matched: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, reason: str) -> None:
+        self.lost += 1
+        self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
+
+
+class _MySub:
+    """Subscriber-side record of one of our subscriptions."""
+
+    __slots__ = ("acked", "gen", "pending", "pieces", "state", "sub")
+
+    def __init__(self, sub: Subscription, gen: int, pieces: list[StoredSub]) -> None:
+        self.sub = sub
+        self.gen = gen
+        self.pieces = pieces
+        self.acked: set[int] = set()
+        self.state = "installing"
+        #: A change asked for while installing: ("remove",) or ("modify", Subscription).
+        self.pending: tuple[Any, ...] | None = None
+
+
+_T_PARK = 0
+
+
+class PubSubNode(Application):
+    def __init__(
+        self,
+        dht: PastryNode,
+        schemas: SchemaRegistry,
+        *,
+        capacity: int,
+        rng: random.Random,
+        config: OverlayConfig | None = None,
+    ) -> None:
+        if capacity < 1:
+            raise LocalProtocolError(f"capacity must be >= 1, got {capacity}")
+        if not isinstance(rng, random.Random):
+            raise LocalProtocolError("rng must be a seeded random.Random")
+        self.dht = dht
+        dht.app = self
+        self.schemas = schemas
+        self.capacity = capacity
+        self.rng = rng
+        self.cfg = config or OverlayConfig()
+        self.stats = OverlayStats()
+        self.nodes: dict[tuple[str, TreeId], TreeNode] = {}
+        self._spaces: dict[tuple[str, int], AttributeSpace] = {}
+        self._keys: dict[tuple[str, TreeId], int] = {}
+        self._subs: dict[int, _MySub] = {}
+        self._next_sid = 1
+        self._events: list[AppEvent] = []
+        self._parked: dict[tuple[str, TreeId], list[tuple[Message, float]]] = {}
+        self._timers: list[tuple[float, int, tuple[str, TreeId]]] = []
+        self._seq = 0
+        self._codec = codec()
+
+    # -------------------------------------------------------------------------------- outputs
+
+    def take_events(self) -> list[AppEvent]:
+        out = self._events
+        self._events = []
+        return out
+
+    def get_timer(self) -> float | None:
+        timers = self._timers
+        while timers and timers[0][2] not in self._parked:
+            heapq.heappop(timers)
+        return timers[0][0] if timers else None
+
+    def handle_timer(self, now: float) -> None:
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, _, key = heapq.heappop(timers)
+            waiting = self._parked.get(key)
+            if not waiting:
+                continue
+            due = [m for m, t in waiting if t <= now]
+            rest = [(m, t) for m, t in waiting if t > now]
+            if rest:
+                self._parked[key] = rest
+            else:
+                del self._parked[key]
+            for msg in due:
+                # The node never appeared: behave as for a wrong guess and jump up.
+                self.stats.park_timeouts += 1
+                self._jump(msg, now)
+
+    # ------------------------------------------------------------------------------ API calls
+
+    def subscribe(self, sub: Subscription, now: float) -> int:
+        """Install ``sub``; returns its sid. ``SubscriptionInstalled`` follows when every piece
+        is stored."""
+        schema = self._schema(sub.schema)
+        sid = self._next_sid
+        self._next_sid += 1
+        self._install(sid, 0, sub, schema, now)
+        return sid
+
+    def unsubscribe(self, sid: int, now: float) -> None:
+        rec = self._subs.get(sid)
+        if rec is None or rec.state == "removing":
+            raise LocalProtocolError(f"no active subscription {sid}")
+        if rec.state == "installing":
+            rec.pending = ("remove",)
+            return
+        self._remove(sid, rec, now)
+
+    def modify(self, sid: int, sub: Subscription, now: float) -> None:
+        """Replace subscription ``sid`` by ``sub`` (remove, then install under the same sid)."""
+        rec = self._subs.get(sid)
+        if rec is None or rec.state == "removing":
+            raise LocalProtocolError(f"no active subscription {sid}")
+        self._schema(sub.schema)
+        if rec.state == "installing":
+            rec.pending = ("modify", sub)
+            return
+        self._remove(sid, rec, now)
+        rec.pending = ("modify", sub)
+
+    def subscriptions(self) -> dict[int, Subscription]:
+        return {sid: rec.sub for sid, rec in self._subs.items() if rec.state != "removing"}
+
+    def publish(self, schema_name: str, values: Sequence[float | None], now: float) -> int:
+        """Publish an event (one value per schema attribute, None where absent); returns its
+        id. Use ``Schema.event`` to build ``values`` from a mapping with validation."""
+        schema = self._schema(schema_name)
+        if len(values) != len(schema.attributes):
+            raise LocalProtocolError(
+                f"event for schema {schema.name!r} needs {len(schema.attributes)} values"
+            )
+        eid = self.rng.getrandbits(63)
+        event = Event(eid, schema.name, [None if v is None else float(v) for v in values])
+        strict = schema.partial == "strict"
+        for attr, value in enumerate(event.values):
+            if value is None and strict:
+                continue  # strict: a predicate on an absent attribute fails; nothing to find
+            space = self._space(schema.name, attr)
+            cutoff = self._cutoff(space)
+            for tid in self._select_zones(space, value, cutoff):
+                ref = Ref(schema.name, attr, tid.depth, tid.path)
+                msg = ProbePub(event, ref, tid.depth, tid.path, False, 0)
+                self._route(schema.name, tid, msg, now)
+        return eid
+
+    def _select_zones(
+        self, space: AttributeSpace, value: float | None, cutoff: float | None
+    ) -> list[TreeId]:
+        """RndRegionProbe's local breadth-first selection of zones covering the region."""
+        cfg = self.cfg
+        rand = self.rng.random
+        selected: list[TreeId] = []
+        queue = [space.root]
+        head = 0
+        while head < len(queue):
+            tid = queue[head]
+            head += 1
+            if not zone_overlaps(space.zone(tid), value, cutoff):
+                continue
+            if tid.depth >= cfg.max_level or (tid.depth >= cfg.min_level and rand() < cfg.p):
+                selected.append(tid)
+            else:
+                queue.append(tid.child(0))
+                queue.append(tid.child(1))
+        return selected
+
+    # ---------------------------------------------------------------------- subscriber side
+
+    def _install(self, sid: int, gen: int, sub: Subscription, schema: Schema, now: float) -> None:
+        attrs = sub.attributes()
+        base = attrs[self.rng.randrange(len(attrs))]
+        space = self._space(schema.name, base)
+        rng_range = sub.range_of(base)
+        assert rng_range is not None
+        preds = [
+            Pred(i, r.lo, r.hi, (1 if r.lo_open else 0) | (2 if r.hi_open else 0))
+            for i, r in sub.ranges
+        ]
+        width = space.max - space.min
+        e_max = self.cfg.widen * width
+        lo, hi = rng_range.lo, rng_range.hi
+        bounds = [(lo, hi)]
+        if self.cfg.load_balancing:
+            # Pieces must stay below the cut-off line even after widening on both sides.
+            limit = self.cfg.cutoff * width - 2.0 * e_max
+            if hi - lo > limit:
+                h = self.rng.uniform(limit / 2.0, limit)
+                count = max(1, math.ceil((hi - lo) / h))
+                bounds = [(lo + k * h, lo + (k + 1) * h) for k in range(count - 1)]
+                bounds.append((lo + (count - 1) * h, hi))
+        pieces = []
+        me = self.dht.me.handle
+        for k, (p_lo, p_hi) in enumerate(bounds):
+            x = max(space.min, p_lo - self.rng.uniform(0.0, e_max))
+            y = min(space.max, p_hi + self.rng.uniform(0.0, e_max))
+            pieces.append(StoredSub(me, sid, gen, preds, base, k, len(bounds), p_lo, p_hi, x, y))
+        self._subs[sid] = _MySub(sub, gen, pieces)
+        for piece in pieces:
+            self._probe_sub(OP_INSERT, schema.name, space, piece, now)
+
+    def _probe_sub(
+        self, op: int, schema: str, space: AttributeSpace, piece: StoredSub, now: float
+    ) -> None:
+        level = self.rng.randint(1, self.cfg.max_probe_level)
+        tid = space.locate(piece.x, piece.y, level)
+        msg = ProbeSub(op, Ref(schema, space.index, tid.depth, tid.path), False, 0, piece)
+        self._route(schema, tid, msg, now)
+
+    def _remove(self, sid: int, rec: _MySub, now: float) -> None:
+        rec.state = "removing"
+        rec.acked = set()
+        schema = rec.sub.schema
+        for piece in rec.pieces:
+            self._probe_sub(OP_REMOVE, schema, self._space(schema, piece.base), piece, now)
+
+    def _on_install_ack(self, msg: InstallAck, sender: Peer, now: float) -> None:
+        rec = self._subs.get(msg.sid)
+        if rec is None or rec.gen != msg.gen or msg.piece >= len(rec.pieces):
+            return  # about an older generation, or not ours any more
+        want = "installing" if msg.op == OP_INSERT else "removing"
+        if rec.state != want:
+            return
+        rec.acked.add(msg.piece)
+        if len(rec.acked) < len(rec.pieces):
+            return
+        if msg.op == OP_INSERT:
+            rec.state = "active"
+            self._events.append(SubscriptionInstalled(msg.sid, now))
+            if rec.pending is not None:
+                pending, rec.pending = rec.pending, None
+                if pending[0] == "remove":
+                    self._remove(msg.sid, rec, now)
+                else:
+                    self._remove(msg.sid, rec, now)
+                    rec.pending = pending
+            return
+        del self._subs[msg.sid]
+        pending = rec.pending
+        if pending is not None and pending[0] == "modify":
+            new: Subscription = pending[1]
+            self._install(msg.sid, (rec.gen + 1) & 0xFFFF, new, self._schema(new.schema), now)
+        else:
+            self._events.append(SubscriptionRemoved(msg.sid, now))
+
+    # ---------------------------------------------------------------------------- DHT upcalls
+
+    def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
+        self._dispatch(payload, None, now)
+
+    def receive_direct(self, payload: bytes, sender: Peer, now: float) -> None:
+        self._dispatch(payload, sender, now)
+
+    def _dispatch(self, payload: bytes, sender: Peer | None, now: float) -> None:
+        try:
+            msg = self._codec.decode(payload)
+        except WireError as exc:
+            self.stats.malformed += 1
+            log.debug("dropped malformed overlay payload: %s", exc)
+            return
+        handler = _ROUTED.get(type(msg)) if sender is None else _DIRECT.get(type(msg))
+        if handler is None:
+            self.stats.malformed += 1
+            return
+        try:
+            handler(self, msg, sender, now)
+        except RemoteProtocolError as exc:
+            self.stats.malformed += 1
+            log.debug("dropped bad %s: %s", type(msg).__name__, exc)
+
+    # ------------------------------------------------------------------------ tree node host
+
+    def _on_probe_sub(self, msg: ProbeSub, sender: Peer | None, now: float) -> None:
+        space, tid = self._resolve(msg.target)
+        sub = msg.sub
+        if sub.base != space.index:
+            raise RemoteProtocolError("ProbeSub base attribute differs from its target's")
+        node = self._node_for(msg, space, tid, now)
+        if node is None:
+            return
+        if node.index is None:
+            assert node.table is not None
+            leaf = node.table.locate(space, sub.x, sub.y)
+            if leaf is None:
+                raise RemoteProtocolError(f"point ({sub.x}, {sub.y}) outside {tid}")
+            ref = Ref(msg.target.schema, leaf.attr, leaf.depth, leaf.path)
+            self._route(ref.schema, leaf, ProbeSub(msg.op, ref, True, msg.jumps, sub), now)
+            return
+        if not space.zone(tid).contains(sub.x, sub.y):
+            raise RemoteProtocolError(f"point ({sub.x}, {sub.y}) outside leaf {tid}")
+        owner = Peer.from_handle(self.dht.space, sub.subscriber)
+        if msg.op == OP_INSERT:
+            node.index.add(sub)
+            self.stats.stored += 1
+            self._events.append(
+                PieceStored(sub.subscriber.id, sub.sid, sub.gen, sub.piece, tid, now)
+            )
+            self._send(owner, InstallAck(OP_INSERT, sub.sid, sub.gen, sub.piece, True), now)
+            if len(node.index) > self.capacity and tid.depth < self.cfg.max_depth:
+                self._split(msg.target.schema, space, node, now)
+        else:
+            found = node.index.remove(sub.subscriber.id, sub.sid, sub.gen, sub.piece)
+            self._send(owner, InstallAck(OP_REMOVE, sub.sid, sub.gen, sub.piece, found), now)
+
+    def _split(self, schema: str, space: AttributeSpace, node: TreeNode, now: float) -> None:
+        assert node.index is not None
+        tid = node.tid
+        halves: tuple[list[StoredSub], list[StoredSub]] = ([], [])
+        for s in node.index:
+            halves[space.child_for(tid, s.x, s.y).path & 1].append(s)
+        horizon = now - self.cfg.dedup_window_s
+        seen = [eid for eid, t in node.seen.items() if t >= horizon]
+        node.become_internal()
+        self.stats.splits += 1
+        for bit in (0, 1):
+            child = tid.child(bit)
+            ref = Ref(schema, child.attr, child.depth, child.path)
+            self._route(schema, child, TransferSub(ref, halves[bit], seen), now)
+        if tid.depth > 0:
+            parent = tid.parent()
+            ref = Ref(schema, tid.attr, tid.depth, tid.path)
+            self._route(schema, parent, LeafUpdate(ref, parent.depth), now)
+
+    def _on_transfer(self, msg: TransferSub, sender: Peer | None, now: float) -> None:
+        space, tid = self._resolve(msg.target)
+        zone = space.zone(tid)
+        for s in msg.subs:
+            if s.base != space.index or not zone.contains(s.x, s.y):
+                raise RemoteProtocolError(f"transferred point outside {tid}")
+        schema = msg.target.schema
+        key = (schema, tid)
+        node = self.nodes.get(key)
+        if node is None:
+            node = self.nodes[key] = TreeNode(tid, msg.subs)
+        elif node.index is not None:
+            for s in msg.subs:
+                node.index.add(s)
+        else:
+            # Already split again (a late transfer): pass the pieces on down.
+            for s in msg.subs:
+                self._on_probe_sub(ProbeSub(OP_INSERT, msg.target, True, 0, s), None, now)
+        if node.index is not None:
+            for eid in msg.seen:
+                node.seen.setdefault(eid, now)
+        waiting = self._parked.pop(key, None)
+        if waiting:
+            for parked, _ in waiting:
+                _ROUTED[type(parked)](self, parked, None, now)
+        if (
+            node.index is not None
+            and len(node.index) > self.capacity
+            and tid.depth < self.cfg.max_depth
+        ):
+            self._split(schema, space, node, now)
+
+    def _on_leaf_update(self, msg: LeafUpdate, sender: Peer | None, now: float) -> None:
+        _, split = self._resolve(msg.split)
+        depth = msg.at_depth
+        if not 0 <= depth < split.depth:
+            raise RemoteProtocolError("LeafUpdate for a node that is not below the receiver")
+        holder = split.ancestor(depth)
+        node = self.nodes.get((msg.split.schema, holder))
+        if node is None or node.table is None:
+            self.stats.drop("leaf update for a node not hosted here")
+            return
+        node.table.apply_split(split)
+        if depth > 0:
+            parent = holder.parent()
+            self._route(msg.split.schema, parent, LeafUpdate(msg.split, parent.depth), now)
+
+    def _on_probe_pub(self, msg: ProbePub, sender: Peer | None, now: float) -> None:
+        space, tid = self._resolve(msg.target)
+        event = msg.event
+        if event.schema != msg.target.schema:
+            raise RemoteProtocolError("ProbePub event schema differs from its target's")
+        schema = self._schema_remote(event.schema)
+        values = event.values
+        if len(values) > len(schema.attributes) or space.index >= len(values):
+            raise RemoteProtocolError("event has more values than its schema has attributes")
+        for v in values:
+            if v is not None and not math.isfinite(v):
+                raise RemoteProtocolError("event value is not a finite number")
+        if msg.scope_depth < tid.depth:
+            raise RemoteProtocolError("probe scope above its target")
+        scope = TreeId(tid.attr, msg.scope_depth, msg.scope_path)
+        if not tid.is_ancestor_of(scope):
+            raise RemoteProtocolError("probe scope outside its target")
+        node = self._node_for(msg, space, tid, now)
+        if node is None:
+            return
+        value = values[space.index]
+        cutoff = self._cutoff(space)
+        if node.index is not None:
+            if not node.remember(event.eid, now, self.cfg.dedup_window_s):
+                self.stats.duplicate_probes += 1
+                return
+            strict = schema.partial == "strict"
+            matched = node.index.match(values, space.index, cutoff, strict)
+            if not matched:
+                return
+            self.stats.matched += len(matched)
+            by_owner: dict[bytes, list[StoredSub]] = {}
+            for s in matched:
+                by_owner.setdefault(s.subscriber.addr, []).append(s)
+            for group in by_owner.values():
+                owner = Peer.from_handle(self.dht.space, group[0].subscriber)
+                self._send(owner, EventDelivery(event, [s.sid for s in group]), now)
+            return
+        assert node.table is not None
+        schema_name = msg.target.schema
+        for leaf in node.table.overlapping(space, scope, value, cutoff):
+            inner = leaf if scope.is_ancestor_of(leaf) else scope
+            ref = Ref(schema_name, leaf.attr, leaf.depth, leaf.path)
+            fwd = ProbePub(event, ref, inner.depth, inner.path, True, msg.jumps)
+            self._route(schema_name, leaf, fwd, now)
+
+    def _on_delivery(self, msg: EventDelivery, sender: Peer | None, now: float) -> None:
+        self._events.append(EventDelivered(msg.event, tuple(msg.sids), now))
+
+    # ------------------------------------------------------------------- shared mechanisms
+
+    def _node_for(
+        self, msg: ProbeSub | ProbePub, space: AttributeSpace, tid: TreeId, now: float
+    ) -> TreeNode | None:
+        """The hosted tree node a probe addresses; if there is none, park or jump up."""
+        key = (msg.target.schema, tid)
+        node = self.nodes.get(key)
+        if node is not None:
+            return node
+        if tid.depth == 0:
+            node = self.nodes[key] = TreeNode(tid)  # the root always exists: create on use
+            return node
+        if msg.via_lrt:
+            self.stats.parked += 1
+            deadline = now + self.cfg.park_timeout_s
+            self._parked.setdefault(key, []).append((msg, deadline))
+            self._seq += 1
+            heapq.heappush(self._timers, (deadline, self._seq, key))
+            return None
+        self._jump(msg, now)
+        return None
+
+    def _jump(self, msg: Message, now: float) -> None:
+        """Guessed too deep: try the ancestor at half the depth (a binary search upwards)."""
+        assert isinstance(msg, ProbeSub | ProbePub)
+        if msg.jumps >= self.cfg.max_jumps:
+            self.stats.drop("too many jumps")
+            return
+        self.stats.jumps += 1
+        t = msg.target
+        tid = TreeId(t.attr, t.depth, t.path).ancestor(t.depth // 2)
+        ref = Ref(t.schema, tid.attr, tid.depth, tid.path)
+        if isinstance(msg, ProbeSub):
+            up: Message = ProbeSub(msg.op, ref, False, msg.jumps + 1, msg.sub)
+        else:
+            up = ProbePub(msg.event, ref, msg.scope_depth, msg.scope_path, False, msg.jumps + 1)
+        self._route(t.schema, tid, up, now)
+
+    def _route(self, schema: str, tid: TreeId, msg: Message, now: float) -> None:
+        key = self._keys.get((schema, tid))
+        if key is None:
+            space = self._space(schema, tid.attr)
+            key = self.dht.space.hash_key(space.identifier(tid))
+            if len(self._keys) > 1 << 16:
+                self._keys.clear()
+            self._keys[(schema, tid)] = key
+        self.dht.route(key, self._codec.encode(msg), now)
+
+    def _send(self, peer: Peer, msg: Message, now: float) -> None:
+        self.dht.send_direct(peer, self._codec.encode(msg), now)
+
+    def _cutoff(self, space: AttributeSpace) -> float | None:
+        if not self.cfg.load_balancing:
+            return None
+        return self.cfg.cutoff * (space.max - space.min)
+
+    def _schema(self, name: str) -> Schema:
+        try:
+            return self.schemas.get(name)
+        except LocalProtocolError:
+            raise
+        except KeyError:
+            raise LocalProtocolError(f"unknown schema {name!r}") from None
+
+    def _schema_remote(self, name: str) -> Schema:
+        try:
+            return self.schemas.get(name)
+        except (LocalProtocolError, KeyError):
+            raise RemoteProtocolError(f"unknown schema {name!r}") from None
+
+    def _space(self, schema: str, attr: int) -> AttributeSpace:
+        space = self._spaces.get((schema, attr))
+        if space is None:
+            sch = self._schema(schema)
+            if not 0 <= attr < len(sch.attributes):
+                raise LocalProtocolError(f"schema {schema!r} has no attribute #{attr}")
+            a = sch.attributes[attr]
+            space = AttributeSpace(sch.name, a.name, attr, a.min, a.max)
+            self._spaces[(schema, attr)] = space
+        return space
+
+    def _resolve(self, ref: Ref) -> tuple[AttributeSpace, TreeId]:
+        """Validate a tree reference from the network."""
+        sch = self._schema_remote(ref.schema)
+        if ref.attr >= len(sch.attributes):
+            raise RemoteProtocolError(f"schema {ref.schema!r} has no attribute #{ref.attr}")
+        if ref.depth > MAX_DEPTH or ref.path >> ref.depth:
+            raise RemoteProtocolError("tree path longer than its depth")
+        return self._space(ref.schema, ref.attr), TreeId(ref.attr, ref.depth, ref.path)
+
+    # ---------------------------------------------------------------------------- inspection
+
+    def tree_nodes(self) -> list[tuple[str, TreeNode]]:
+        return [(schema, node) for (schema, _), node in self.nodes.items()]
+
+
+def values_from(schema: Schema, values: Mapping[str, float | None]) -> tuple[float | None, ...]:
+    """Convenience: event values in schema order from a mapping (validated by the schema)."""
+    return schema.event(values)
+
+
+_Handler = Callable[[PubSubNode, Any, Peer | None, float], None]
+_ROUTED: dict[type[Message], _Handler] = {
+    ProbeSub: PubSubNode._on_probe_sub,
+    TransferSub: PubSubNode._on_transfer,
+    LeafUpdate: PubSubNode._on_leaf_update,
+    ProbePub: PubSubNode._on_probe_pub,
+}
+_DIRECT: dict[type[Message], _Handler] = {
+    InstallAck: PubSubNode._on_install_ack,
+    EventDelivery: PubSubNode._on_delivery,
+}

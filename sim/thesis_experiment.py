@@ -1,0 +1,382 @@
+"""``rangecast sim run thesis``: the thesis' evaluation (Chapter 4), checked by an oracle.
+
+Stages (thesis 4.1.1): the overlay forms (oracle bootstrap); subscriptions arrive one by one
+(exponential gaps, mean 2 s; subscriber a random node; capacity rand(10, 30) per node); once all
+are installed and the tree has settled, events are published (exponential gaps, mean 1 s;
+publisher a random node). Every event's matching subscriptions are computed by brute force over
+the whole subscription set (numpy, independent of the overlay's own matching) and compared with
+what the subscribers received.
+
+Figures follow the thesis' definitions:
+
+* install latency: from the ``subscribe`` call to the moment the last piece is stored at its leaf;
+* delivery latency: from the ``publish`` call to the delivery at the subscriber, per delivered
+  (subscription, event) pair;
+* install bandwidth per node: bytes the node sent as ProbeSub, InstallAck (the thesis'
+  InsertSubMessage), LeafUpdate and TransferSub, divided by the number of subscriptions;
+* publish bandwidth per node: bytes the node sent as ProbePub (and ProbePubMulticast) and
+  EventDelivery, divided by the number of events; probe bandwidth leaves EventDelivery out (as
+  the thesis does when comparing multicast with unicast and load balancing).
+
+Bytes are real encoded sizes of whole messages, DHT routing headers included (the thesis measured
+Java serialisation of each message). DHT overhead (hop acks) is reported separately under
+``messages_by_type``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from pubsub.schema import THESIS_SCHEMA, Schema, SchemaRegistry
+from pubsub.subscription import Subscription
+
+from dht.errors import LocalProtocolError
+from dht.node import PastryConfig, PastryNode
+from pubsub.node import (
+    EventDelivered,
+    OverlayConfig,
+    PieceStored,
+    SubscriptionInstalled,
+)
+from pubsub.peer import OverlayPeer
+from sim.engine import Simulator, print_progress
+from sim.latency import latency_model
+from sim.overlay import PastryOverlay
+from sim.streams import stream
+from sim.workload import THESIS_WORKLOAD, CsvEvents, Workload, default_params
+
+INSTALL_KINDS = ("ProbeSub", "InstallAck", "LeafUpdate", "TransferSub")
+PROBE_KINDS = ("ProbePub", "ProbePubMulticast")
+DELIVERY_KINDS = ("EventDelivery",)
+#: Fields that depend on the machine, not on the seed.
+WALL_FIELDS = ("wall_s", "sim_messages_per_s", "wall_phases_s")
+
+
+@dataclass(frozen=True, slots=True)
+class ThesisParams:
+    nodes: int = 1000
+    subs_per_node: float = 5.0
+    events: int = 10_000
+    seed: int = 1
+    lb: bool = False
+    partial: str = "strict"
+    events_from: str | None = None
+    missing: float | None = None
+    latency: str = "synthetic"
+    capacity: tuple[int, int] = (10, 30)
+    sub_gap_ms: float = 2000.0
+    pub_gap_ms: float = 1000.0
+    overlay: OverlayConfig = field(default_factory=OverlayConfig)
+
+    def check(self) -> None:
+        if self.nodes < 1:
+            raise LocalProtocolError("--nodes must be at least 1")
+        if self.subs_per_node <= 0 or self.events < 0:
+            raise LocalProtocolError("--subs-per-node must be > 0 and --events >= 0")
+        if self.partial not in ("strict", "lenient"):
+            raise LocalProtocolError("--partial must be 'strict' or 'lenient'")
+        lo, hi = self.capacity
+        if not 1 <= lo <= hi:
+            raise LocalProtocolError("capacity range must satisfy 1 <= low <= high")
+        if self.sub_gap_ms <= 0 or self.pub_gap_ms <= 0:
+            raise LocalProtocolError("inter-arrival times must be positive")
+        if self.missing is not None and self.events_from is None:
+            raise LocalProtocolError("--missing needs --events-from")
+
+
+class Oracle:
+    """Brute force: which subscriptions match an event. Independent of the overlay."""
+
+    def __init__(self, schema: Schema, subs: Sequence[Subscription]) -> None:
+        n_attr = len(schema.attributes)
+        n = len(subs)
+        self.strict = schema.partial == "strict"
+        self.present = np.zeros((n_attr, n), dtype=bool)
+        self.lo = np.full((n_attr, n), -np.inf)
+        self.hi = np.full((n_attr, n), np.inf)
+        self.lo_open = np.zeros((n_attr, n), dtype=bool)
+        self.hi_open = np.zeros((n_attr, n), dtype=bool)
+        for j, sub in enumerate(subs):
+            for a, r in sub.ranges:
+                self.present[a, j] = True
+                self.lo[a, j] = r.lo
+                self.hi[a, j] = r.hi
+                self.lo_open[a, j] = r.lo_open
+                self.hi_open[a, j] = r.hi_open
+        self.n = n
+
+    def matches(self, values: Sequence[float | None]) -> np.ndarray:
+        ok = np.ones(self.n, dtype=bool)
+        for a, v in enumerate(values):
+            present = self.present[a]
+            if v is None:
+                if self.strict:
+                    ok &= ~present
+                continue
+            above = (v > self.lo[a]) | ((v == self.lo[a]) & ~self.lo_open[a])
+            below = (v < self.hi[a]) | ((v == self.hi[a]) & ~self.hi_open[a])
+            ok &= ~present | (above & below)
+        return np.flatnonzero(ok)
+
+
+def _pct(sorted_vals: Sequence[float], q: float) -> float:
+    if not sorted_vals:
+        return 0.0
+    k = min(len(sorted_vals) - 1, max(0, math.ceil(q * len(sorted_vals)) - 1))
+    return float(sorted_vals[k])
+
+
+def _summary(values: list[float], with_max: bool = False) -> dict[str, float]:
+    vals = sorted(values)
+    out = {
+        "mean": sum(vals) / len(vals) if vals else 0.0,
+        "p50": _pct(vals, 0.50),
+        "p90": _pct(vals, 0.90),
+        "p99": _pct(vals, 0.99),
+    }
+    if with_max:
+        out["max"] = vals[-1] if vals else 0.0
+    return out
+
+
+def _per_node(sim: Simulator, kinds: Sequence[str], divisor: float) -> list[float]:
+    n = len(sim.cores)
+    totals = [0] * n
+    for kind in kinds:
+        tc = sim.stats.by_type.get(kind)
+        if tc is not None:
+            for i, b in enumerate(tc.per_node):
+                totals[i] += b
+    return [t / divisor for t in totals] if divisor else [0.0] * n
+
+
+def _bandwidth(per_node: list[float]) -> dict[str, float]:
+    vals = sorted(per_node)
+    top = vals[-20:]
+    return {
+        "mean": sum(vals) / len(vals) if vals else 0.0,
+        "p70": _pct(vals, 0.70),
+        "p90": _pct(vals, 0.90),
+        "max": vals[-1] if vals else 0.0,
+        "top20_mean": sum(top) / len(top) if top else 0.0,
+    }
+
+
+class _Collector:
+    """Receives the cores' application events."""
+
+    def __init__(self, index_of_id: dict[bytes, int]) -> None:
+        self.index_of_id = index_of_id
+        self.installed: dict[tuple[int, int], float] = {}
+        self.stored: dict[tuple[int, int], float] = {}
+        self.received: dict[tuple[int, int, int], list[float]] = {}
+        self.expect_installs = 0
+        self.sim: Simulator | None = None
+
+    def __call__(self, i: int, events: list[Any]) -> None:
+        for ev in events:
+            if isinstance(ev, EventDelivered):
+                eid = ev.event.eid
+                for sid in ev.sids:
+                    self.received.setdefault((i, sid, eid), []).append(ev.now)
+            elif isinstance(ev, PieceStored):
+                key = (self.index_of_id[ev.subscriber], ev.sid)
+                prev = self.stored.get(key)
+                if prev is None or ev.now > prev:
+                    self.stored[key] = ev.now
+            elif isinstance(ev, SubscriptionInstalled):
+                self.installed[(i, ev.sid)] = ev.now
+                if len(self.installed) == self.expect_installs and self.sim is not None:
+                    self.sim.stop()
+
+
+def run_thesis(
+    params: ThesisParams, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    params.check()
+    wall0 = time.perf_counter()
+    say = progress or (lambda _m: None)
+    seed = params.seed
+
+    # ---- workload
+    csv: CsvEvents | None = None
+    if params.events_from:
+        csv = CsvEvents.load(params.events_from, missing=params.missing)
+        schema = csv.schema.with_partial(params.partial)
+        workload = Workload(schema, default_params(schema), stream(seed, "workload-layout"))
+    else:
+        schema = THESIS_SCHEMA.with_partial(params.partial)
+        workload = Workload(schema, THESIS_WORKLOAD, stream(seed, "workload-layout"))
+    registry = SchemaRegistry()
+    registry.add(schema)
+
+    # ---- overlay
+    model = latency_model(params.latency, seed)
+    sim = Simulator(
+        model, stream(seed, "network"), progress=print_progress("thesis") if progress else None
+    )
+    cap_rng = stream(seed, "capacity")
+    proto_rng = stream(seed, "overlay")
+    overlay_cfg = replace(params.overlay, load_balancing=params.lb)
+
+    def make_core(i: int, node: PastryNode) -> OverlayPeer:
+        cap = cap_rng.randint(*params.capacity)
+        return OverlayPeer(node, schemas=registry, capacity=cap, rng=proto_rng, overlay=overlay_cfg)
+
+    # No churn in this experiment: leaf-set keep-alives would only cost wall time (hop acks
+    # still guard every routed message).
+    pastry_cfg = PastryConfig(keepalive_s=math.inf)
+    net = PastryOverlay(sim, seed, config=pastry_cfg, core_factory=make_core)
+    indices = net.create(params.nodes)
+    net.oracle_bootstrap(indices)
+    peers: list[OverlayPeer] = net.cores  # type: ignore[assignment]
+    index_of_id = {net.space.to_bytes(p.id): i for i, p in enumerate(net.peers)}
+    collector = _Collector(index_of_id)
+    collector.sim = sim
+    sim.on_events = collector
+    phases = {"setup": time.perf_counter() - wall0}
+    say(
+        f"{params.nodes} nodes ({model.name}); schema {schema.name} ({schema.partial}); "
+        f"load balancing {'on' if params.lb else 'off'}"
+    )
+
+    # ---- stage 1: subscriptions
+    mark = time.perf_counter()
+    n_subs = max(1, round(params.nodes * params.subs_per_node))
+    sub_rng = stream(seed, "subscriptions")
+    subs: list[Subscription] = []
+    owners: list[tuple[int, int]] = []
+    called: dict[tuple[int, int], float] = {}
+    t = sim.now
+    plan = []
+    for _ in range(n_subs):
+        t += sub_rng.expovariate(1000.0 / params.sub_gap_ms)
+        plan.append((t, sub_rng.randrange(params.nodes), workload.subscription(sub_rng)))
+
+    def do_subscribe(i: int, sub: Subscription) -> None:
+        sid = peers[i].overlay.subscribe(sub, sim.now)
+        subs.append(sub)
+        owners.append((i, sid))
+        called[(i, sid)] = sim.now
+        sim.poke(i)
+
+    for at, i, sub in plan:
+        sim.call_at(at, do_subscribe, i, sub)
+    collector.expect_installs = n_subs
+    say(f"installing {n_subs:,} subscriptions")
+    sim.run(until=t + 600.0)
+    installed = len(collector.installed)
+    # Let the last splits' transfers and leaf-table updates land before publishing.
+    sim.run(until=sim.now + 60.0)
+    phases["install"] = time.perf_counter() - mark
+    install_messages = sim.stats.messages
+
+    # ---- stage 2: events
+    mark = time.perf_counter()
+    oracle = Oracle(schema, subs)
+    pub_rng = stream(seed, "events")
+    if csv is not None:
+        event_values = csv.events[: params.events]
+    else:
+        event_values = [workload.event(pub_rng) for _ in range(params.events)]
+    expected: dict[int, list[tuple[int, int]]] = {}
+    published: dict[int, float] = {}
+
+    def do_publish(k: int, i: int) -> None:
+        values = event_values[k]
+        eid = peers[i].overlay.publish(schema.name, values, sim.now)
+        published[eid] = sim.now
+        expected[eid] = [owners[j] for j in oracle.matches(values)]
+        sim.poke(i)
+
+    t = sim.now
+    for k in range(len(event_values)):
+        t += pub_rng.expovariate(1000.0 / params.pub_gap_ms)
+        sim.call_at(t, do_publish, k, pub_rng.randrange(params.nodes))
+    collector.expect_installs = -1
+    say(f"publishing {len(event_values):,} events")
+    sim.run()
+    phases["publish"] = time.perf_counter() - mark
+    wall = time.perf_counter() - wall0
+
+    # ---- check against the oracle
+    expected_keys: set[tuple[int, int, int]] = set()
+    for eid, pairs in expected.items():
+        for i, sid in pairs:
+            expected_keys.add((i, sid, eid))
+    received = collector.received
+    duplicates = sum(len(v) - 1 for v in received.values())
+    missed = sum(1 for k in expected_keys if k not in received)
+    false_pos = sum(1 for k in received if k not in expected_keys)
+    delivery_lat = [
+        (min(times) - published[k[2]]) * 1000.0
+        for k, times in received.items()
+        if k in expected_keys
+    ]
+    install_lat = [
+        (collector.stored[k] - called[k]) * 1000.0 for k in called if k in collector.stored
+    ]
+    n_events = len(event_values)
+    install_bw = _per_node(sim, INSTALL_KINDS, n_subs)
+    publish_bw = _per_node(sim, PROBE_KINDS + DELIVERY_KINDS, n_events)
+    probe_bw = _per_node(sim, PROBE_KINDS, n_events)
+
+    leaves = internal = max_depth = 0
+    totals: dict[str, int] = {}
+    for p in peers:
+        for _, node in p.overlay.tree_nodes():
+            if node.is_leaf:
+                leaves += 1
+            else:
+                internal += 1
+            max_depth = max(max_depth, node.tid.depth)
+        st = p.overlay.stats
+        for k in ("jumps", "parked", "park_timeouts", "lost", "duplicate_probes", "splits"):
+            totals[k] = totals.get(k, 0) + getattr(st, k)
+
+    mean_rtt = model.mean_rtt_ms()
+    inst = _summary(install_lat)
+    deliv = _summary(delivery_lat, with_max=True)
+    sim_messages = sim.stats.messages
+    return {
+        "nodes": params.nodes,
+        "subscriptions": n_subs,
+        "installed": installed,
+        "events": n_events,
+        "expected_deliveries": len(expected_keys),
+        "deliveries": sum(len(v) for v in received.values()),
+        "missed": missed,
+        "duplicates": duplicates,
+        "false_positives": false_pos,
+        "install_latency_ms": inst,
+        "delivery_latency_ms": deliv,
+        "install_latency_rtt": {k: v / mean_rtt for k, v in inst.items()},
+        "delivery_latency_rtt": {k: v / mean_rtt for k, v in deliv.items()},
+        "install_bytes_per_sub_per_node_mean": _bandwidth(install_bw)["mean"],
+        "install_bytes_per_sub_per_node": _bandwidth(install_bw),
+        "publish_bytes_per_event_per_node": _bandwidth(publish_bw),
+        "probe_bytes_per_event_per_node": _bandwidth(probe_bw),
+        "messages_by_type": sim.stats.types_json(),
+        "tree": {"leaves": leaves, "internal": internal, "max_depth": max_depth},
+        "overlay": totals,
+        "seed": seed,
+        "lb": params.lb,
+        "partial": params.partial,
+        "probe": "unicast",
+        "delivery": "unicast",
+        "schema": schema.name,
+        "events_from": params.events_from,
+        "latency_model": model.describe(),
+        "mean_rtt_ms": mean_rtt,
+        "install_phase_messages": install_messages,
+        "sim_messages": sim_messages,
+        "sim_time_s": sim.now,
+        "wall_s": wall,
+        "sim_messages_per_s": sim_messages / wall if wall > 0 else 0.0,
+        "wall_phases_s": phases,
+    }
