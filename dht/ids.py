@@ -27,6 +27,8 @@ class IdSpace:
     radix: int = field(init=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.bits, int) or not isinstance(self.b, int):
+            raise LocalProtocolError(f"bits and b must be ints, got {self.bits!r}, {self.b!r}")
         if self.b < 1 or self.b > 8:
             raise LocalProtocolError(f"digit width b={self.b} must be between 1 and 8 bits")
         if self.bits < self.b or self.bits % self.b or self.bits % 8:

@@ -35,6 +35,8 @@ class JoinRequest(Message, tag=3):
     #: Shared-prefix length at the previous hop; -1 at the first hop. Rows up to it were sent.
     prev_row: Row
     hops: U8
+    #: For hop acknowledgements, as a ``Route``'s uid.
+    uid: U63
 
 
 class JoinRows(Message, tag=4):

@@ -88,6 +88,8 @@ class PastryConfig:
     #: How long a failed node is kept out of the tables even if stale leaf sets mention it.
     dead_ttl_s: float = 60.0
     join_timeout_s: float = 10.0
+    #: Every this many keep-alive rounds a node swaps leaf sets with its two nearest neighbours.
+    exchange_rounds: int = 3
     join_attempts: int = 5
 
     def __post_init__(self) -> None:
@@ -154,6 +156,7 @@ class PastryNode:
         "_last_heard",
         "_out",
         "_pending",
+        "_rounds",
         "_seq",
         "_timers",
         "app",
@@ -203,6 +206,7 @@ class PastryNode:
         self._announced: set[int] = set()
         self._join_contact = b""
         self._join_attempts = 0
+        self._rounds = 0
 
     def __repr__(self) -> str:
         return f"PastryNode({self.space.hexid(self.me.id)[:8]}…, {self.state.value})"
@@ -265,12 +269,16 @@ class PastryNode:
         timers = self._timers
         while timers and timers[0][0] <= now:
             deadline, _, kind, arg = heapq.heappop(timers)
-            if kind == _T_ACK:
-                self._on_ack_timeout(arg, deadline, now)
-            elif kind == _T_KEEPALIVE:
-                self._on_keepalive(now)
-            elif kind == _T_JOIN:
-                self._on_join_timeout(now)
+            try:
+                if kind == _T_ACK:
+                    self._on_ack_timeout(arg, deadline, now)
+                elif kind == _T_KEEPALIVE:
+                    self._on_keepalive(now)
+                elif kind == _T_JOIN:
+                    self._on_join_timeout(now)
+            except RemoteProtocolError as exc:  # remote data met late; never escapes the core
+                self.stats.malformed += 1
+                log.debug("%r: dropped bad state from the network: %s", self, exc)
 
     # ----------------------------------------------------------------------------- API calls
 
@@ -405,7 +413,10 @@ class PastryNode:
                 best_d, best = d, p
         return best
 
-    def _send_route(self, msg: Route, key: int, nh: Peer, now: float, reroutes: int) -> None:
+    def _send_route(
+        self, msg: Route | JoinRequest, key: int, nh: Peer, now: float, reroutes: int
+    ) -> None:
+        """Forward a routed message to ``nh``, expecting its ``HopAck``."""
         self._out.append((nh.addr, msg))
         self.stats.forwarded += 1
         if self.cfg.hop_acks:
@@ -417,18 +428,24 @@ class PastryNode:
 
     def _on_route(self, msg: Route, src: bytes, now: float) -> None:
         key = self.space.from_bytes(msg.key)
+        # Validate everything from the wire now: a re-route after an ack timeout must not be
+        # the first to find the origin malformed.
+        origin = Peer.from_handle(self.space, msg.origin)
         if self.cfg.hop_acks:
             self._out.append((src, HopAck(msg.uid)))
         if self.state is not State.READY:
             self.stats.drop("route before ready")
             return
-        self._advance(msg, key, now, 0)
+        self._advance(msg, key, origin, now, 0)
 
-    def _advance(self, msg: Route, key: int, now: float, reroutes: int) -> None:
+    def _advance(
+        self, msg: Route, key: int, origin: Peer | None, now: float, reroutes: int
+    ) -> None:
         nh = self._next_hop(key, -1)
         if nh is None:
             self.stats.delivered += 1
-            origin = Peer.from_handle(self.space, msg.origin)
+            if origin is None:
+                origin = Peer.from_handle(self.space, msg.origin)
             self.app.deliver(key, msg.payload, origin, msg.hops, now)
             return
         if msg.hops >= 255:
@@ -456,9 +473,12 @@ class PastryNode:
             return
         self.stats.reroutes += 1
         msg = p.msg
+        if isinstance(msg, JoinRequest):
+            self._forward_join(msg, p.key, now, p.reroutes + 1)
+            return
         # Re-send as if from the previous hop: the failed attempt is not a hop.
         back = Route(msg.uid, msg.key, msg.origin, msg.hops - 1, msg.payload)
-        self._advance(back, p.key, now, p.reroutes + 1)
+        self._advance(back, p.key, None, now, p.reroutes + 1)
 
     def _on_direct(self, msg: Direct, src: bytes, now: float) -> None:
         self.app.receive_direct(msg.payload, Peer.from_handle(self.space, msg.sender), now)
@@ -467,7 +487,8 @@ class PastryNode:
 
     def _send_join(self, now: float) -> None:
         self._join_attempts += 1
-        self._out.append((self._join_contact, JoinRequest(self.me.handle, -1, 0)))
+        join = JoinRequest(self.me.handle, -1, 0, self.rng.getrandbits(63))
+        self._out.append((self._join_contact, join))
         self._push_timer(now + self.cfg.join_timeout_s, _T_JOIN, None)
 
     def _on_join_timeout(self, now: float) -> None:
@@ -484,6 +505,8 @@ class PastryNode:
             self.stats.drop("join before ready")
             return
         joiner = Peer.from_handle(self.space, msg.joiner)
+        if msg.hops > 0 and self.cfg.hop_acks:
+            self._out.append((src, HopAck(msg.uid)))  # from a node on the path, not the joiner
         if joiner.id == self.me.id:
             return
         row = self.space.shared_prefix(self.me.id, joiner.id)
@@ -491,12 +514,17 @@ class PastryNode:
         for r in range(max(msg.prev_row + 1, 0), min(row, len(self.table.rows) - 1) + 1):
             entries.extend(p.handle for p in self.table.rows[r] if p is not None)
         self._out.append((joiner.addr, JoinRows(self.me.handle, entries)))
-        nh = self._next_hop(joiner.id, joiner.id)
+        self._forward_join(JoinRequest(msg.joiner, row, msg.hops, msg.uid), joiner.id, now, 0)
+
+    def _forward_join(self, msg: JoinRequest, joiner_id: int, now: float, reroutes: int) -> None:
+        """Pass the join on towards the joiner's id, or answer it as the root."""
+        nh = self._next_hop(joiner_id, joiner_id)
         if nh is None or msg.hops >= 255:
-            leaves = [p.handle for p in self.leaves.members() if p.id != joiner.id]
-            self._out.append((joiner.addr, JoinReply(self.me.handle, leaves)))
-        else:
-            self._out.append((nh.addr, JoinRequest(msg.joiner, row, msg.hops + 1)))
+            leaves = [p.handle for p in self.leaves.members() if p.id != joiner_id]
+            self._out.append((msg.joiner.addr, JoinReply(self.me.handle, leaves)))
+            return
+        out = JoinRequest(msg.joiner, msg.prev_row, msg.hops + 1, msg.uid)
+        self._send_route(out, joiner_id, nh, now, reroutes)
 
     def _on_join_rows(self, msg: JoinRows, src: bytes, now: float) -> None:
         if self.state is not State.JOINING and self.state is not State.READY:
@@ -557,6 +585,15 @@ class PastryNode:
         members = self.leaves.members()
         for p in members:
             self._out.append((p.addr, ping))
+        self._rounds += 1
+        if self._rounds % self.cfg.exchange_rounds == 0:
+            # Periodic leaf-set exchange with the immediate neighbours: what one node learnt
+            # (a concurrent joiner, a replacement for a failed leaf) spreads along the ring, so
+            # leaf sets converge even when announcements crossed or a node died mid-join.
+            req = LeafSetRequest(self.me.handle)
+            for side in (self.leaves.left, self.leaves.right):
+                if side:
+                    self._out.append((side[0].addr, req))
         # Forget bookkeeping about nodes that are no longer neighbours, and expired deaths.
         if len(heard) > 2 * len(members):
             self._last_heard = {p.id: heard.get(p.id, now) for p in members}
@@ -608,9 +645,13 @@ class PastryNode:
             self._dead.pop(ident, None)
         elif ident in self._dead:
             return
-        if ident in self.leaves:
+        leaves = self.leaves
+        if ident in leaves and not leaves.wraps:
             return  # already a neighbour, and was offered to the table when it became one
-        entered, evicted = self.leaves.add(peer)
+        was_member = ident in leaves
+        entered, evicted = leaves.add(peer)
+        if was_member:
+            return
         if entered:
             self._last_heard[ident] = now
             self.app.update(peer, True, now)
@@ -695,7 +736,9 @@ class _Pending:
 
     __slots__ = ("deadline", "key", "msg", "next_hop", "reroutes")
 
-    def __init__(self, msg: Route, key: int, next_hop: Peer, deadline: float, reroutes: int):
+    def __init__(
+        self, msg: Route | JoinRequest, key: int, next_hop: Peer, deadline: float, reroutes: int
+    ) -> None:
         self.msg = msg
         self.key = key
         self.next_hop = next_hop

@@ -7,6 +7,7 @@ them. Both keep ``Peer`` objects, which compare and hash by id so that two recor
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 
 from dht.ids import IdSpace
@@ -50,7 +51,7 @@ class LeafSet:
     covers the whole ring (``wraps``).
     """
 
-    __slots__ = ("_ids", "half", "left", "own", "right", "space", "wraps")
+    __slots__ = ("_ids", "_ring", "_ring_peers", "half", "left", "own", "right", "space", "wraps")
 
     def __init__(self, space: IdSpace, own: int, half: int) -> None:
         self.space = space
@@ -59,6 +60,8 @@ class LeafSet:
         self.left: list[Peer] = []
         self.right: list[Peer] = []
         self._ids: dict[int, Peer] = {}
+        self._ring: list[int] = [own]
+        self._ring_peers: list[Peer | None] = [None]
         self.wraps = True
 
     def __len__(self) -> int:
@@ -81,6 +84,11 @@ class LeafSet:
         for p in self.left:
             ids.setdefault(p.id, p)
         self._ids = ids
+        # Members and ourselves in id order: the closest of them to any key is one of the two
+        # that bracket it on the ring, so ``closest`` needs a bisection, not a scan.
+        ring = sorted([*ids, self.own])
+        self._ring = ring
+        self._ring_peers = [ids.get(i) for i in ring]
         # A side that is not full, or a node on both sides, means we know the whole ring.
         self.wraps = (
             len(self.left) < self.half
@@ -90,7 +98,10 @@ class LeafSet:
 
     def add(self, peer: Peer) -> tuple[bool, list[Peer]]:
         """Insert ``peer`` where it belongs. Returns (entered, evicted peers)."""
-        if peer.id == self.own or peer.id in self._ids:
+        if peer.id == self.own or (peer.id in self._ids and not self.wraps):
+            # In a leaf set that does not wrap no node belongs on both sides, so a member is
+            # where it belongs already. (When it wraps, a member of one side may still be due
+            # on the other, e.g. after a removal left room there.)
             return False, []
         size, own, half = self.space.size, self.own, self.half
         entered = False
@@ -99,6 +110,8 @@ class LeafSet:
             (self.right, (peer.id - own) % size),
             (self.left, (own - peer.id) % size),
         ):
+            if any(p.id == peer.id for p in side):
+                continue
             sign = 1 if side is self.right else -1
             pos = len(side)
             while pos > 0 and ((side[pos - 1].id - own) * sign) % size > dist:
@@ -141,6 +154,17 @@ class LeafSet:
         """The member numerically closest to ``key``, or None when we are closer ourselves.
         Ties go to the smaller id, the same rule as the simulator's oracle."""
         size = self.space.size
+        if exclude < 0:
+            ring = self._ring
+            k = bisect_left(ring, key)
+            n = len(ring)
+            a, b = ring[k - 1], ring[k % n]
+            da = (key - a) % size
+            da = min(da, size - da)
+            db = (b - key) % size
+            db = min(db, size - db)
+            pos = k - 1 if da < db or (da == db and a < b) else k % n
+            return self._ring_peers[pos]
         d = (key - self.own) % size
         best_d = min(d, size - d)
         best_id = self.own

@@ -82,13 +82,17 @@ def register(layer: str, *types: type[Message]) -> None:
     allowed = _LAYER_RANGES.get(layer)
     if allowed is None:
         raise LocalProtocolError(f"unknown layer {layer!r}; one of {sorted(_LAYER_RANGES)}")
+    # Check everything before changing anything, so a refused call leaves the table as it was.
+    staged: dict[int, type[Message]] = {}
     for cls in types:
         tag = cls.__struct_config__.tag
         if not isinstance(tag, int) or tag not in allowed:
             raise LocalProtocolError(f"{cls.__name__}: tag {tag!r} outside {layer} range {allowed}")
-        other = _registry.get(tag)
+        other = staged.get(tag) or _registry.get(tag)
         if other is not None and other is not cls:
             raise LocalProtocolError(f"tag {tag} used by both {other.__name__} and {cls.__name__}")
+        staged[tag] = cls
+    for tag, cls in staged.items():
         _registry[tag] = cls
         cls.kind = cls.__name__
     _codec = None
@@ -113,7 +117,7 @@ class Codec:
         self._encode = msgspec.msgpack.Encoder().encode
 
     def encode(self, msg: Message) -> bytes:
-        if type(msg).__struct_config__.tag not in self.types:
+        if self.types.get(type(msg).__struct_config__.tag) is not type(msg):
             raise LocalProtocolError(f"{type(msg).__name__} is not a registered wire message")
         try:
             frame = b"\x01" + self._encode(msg)

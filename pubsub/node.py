@@ -231,6 +231,8 @@ class PubSubNode(Application):
 
     def get_timer(self) -> float | None:
         timers = self._timers
+        if not timers:
+            return None
         while timers and timers[0][2] not in self._parked:
             heapq.heappop(timers)
         return timers[0][0] if timers else None

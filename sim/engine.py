@@ -33,10 +33,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dht.errors import LocalProtocolError
+from dht.messages import Direct, Route
 from dht.wire import Message, codec, payload_tag, registered
 from sim.latency import LatencyModel
 
 _MSG, _TIMER, _CALL = 0, 1, 2
+#: Messages whose ``payload`` holds an application frame, charged to that frame's type.
+_CARRIERS = frozenset({Route, Direct})
 _INF = math.inf
 PORT = b"\x0f\xa0"  # every simulated host listens on port 4000
 
@@ -265,6 +268,7 @@ class Simulator:
             one_way = self.latency.one_way_ms
             size_of = self._size
             type_counts = self._type_counts
+            carriers = _CARRIERS
             q = self._q
             uplink = self.uplink_bps
             loss = self.loss
@@ -272,8 +276,11 @@ class Simulator:
             for addr, msg in out:
                 size = size_of(msg)
                 nbytes += size
-                payload = getattr(msg, "payload", None)
-                kind: Any = (payload is not None and payload_tag(payload)) or type(msg)
+                cls = type(msg)
+                if cls in carriers:
+                    kind: Any = payload_tag(msg.payload) or cls  # type: ignore[attr-defined]
+                else:
+                    kind = cls
                 tc = type_counts.get(kind)
                 if tc is None:
                     tc = type_counts[kind] = self._new_count(kind)

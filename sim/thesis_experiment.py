@@ -32,8 +32,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from pubsub.schema import THESIS_SCHEMA, Schema, SchemaRegistry
-from pubsub.subscription import Subscription
 
 from dht.errors import LocalProtocolError
 from dht.node import PastryConfig, PastryNode
@@ -44,6 +42,8 @@ from pubsub.node import (
     SubscriptionInstalled,
 )
 from pubsub.peer import OverlayPeer
+from pubsub.schema import THESIS_SCHEMA, Schema, SchemaRegistry
+from pubsub.subscription import Subscription
 from sim.engine import Simulator, print_progress
 from sim.latency import latency_model
 from sim.overlay import PastryOverlay
@@ -228,9 +228,10 @@ def run_thesis(
         cap = cap_rng.randint(*params.capacity)
         return OverlayPeer(node, schemas=registry, capacity=cap, rng=proto_rng, overlay=overlay_cfg)
 
-    # No churn in this experiment: leaf-set keep-alives would only cost wall time (hop acks
-    # still guard every routed message).
-    pastry_cfg = PastryConfig(keepalive_s=math.inf)
+    # No churn in this experiment: leaf-set keep-alives and hop acknowledgements would only
+    # cost wall time (and acks would double the routed messages); the thesis' simulator had
+    # neither. Churn experiments switch both on.
+    pastry_cfg = PastryConfig(keepalive_s=math.inf, hop_acks=False)
     net = PastryOverlay(sim, seed, config=pastry_cfg, core_factory=make_core)
     indices = net.create(params.nodes)
     net.oracle_bootstrap(indices)
