@@ -156,6 +156,7 @@ class PastryNode:
         "_last_heard",
         "_out",
         "_pending",
+        "_probing",
         "_rounds",
         "_seq",
         "_timers",
@@ -207,6 +208,8 @@ class PastryNode:
         self._join_contact = b""
         self._join_attempts = 0
         self._rounds = 0
+        #: Would-be neighbours learnt second-hand and pinged, not yet heard from.
+        self._probing: dict[int, float] = {}
 
     def __repr__(self) -> str:
         return f"PastryNode({self.space.hexid(self.me.id)[:8]}…, {self.state.value})"
@@ -599,15 +602,20 @@ class PastryNode:
             self._last_heard = {p.id: heard.get(p.id, now) for p in members}
         if self._dead:
             self._dead = {i: t for i, t in self._dead.items() if t > now}
+        if self._probing:
+            horizon = now - fail_after
+            self._probing = {i: t for i, t in self._probing.items() if t > horizon}
         self._push_timer(now + self.cfg.keepalive_s, _T_KEEPALIVE, None)
 
     def _on_ping(self, msg: Ping, src: bytes, now: float) -> None:
         peer = Peer.from_handle(self.space, msg.sender)
+        was_member = peer.id in self.leaves
         self._learn(peer, now, direct=True)
-        if peer.id in self.leaves:
+        if was_member:
             self._last_heard[peer.id] = now
         else:
-            # It counts on us as a neighbour but we do not ping it back: answer explicitly.
+            # A probe from a would-be neighbour, or a node that counts on us although we do not
+            # ping it: answer explicitly.
             self._out.append((peer.addr, Pong(self.me.handle)))
 
     def _on_pong(self, msg: Pong, src: bytes, now: float) -> None:
@@ -648,6 +656,16 @@ class PastryNode:
         leaves = self.leaves
         if ident in leaves and not leaves.wraps:
             return  # already a neighbour, and was offered to the table when it became one
+        if not direct and self.state is State.READY:
+            # Second-hand news of a would-be neighbour may be stale (it may have died since and
+            # the teller not noticed yet): ping it, and let its answer, a direct message, put it
+            # in. The ping also tells it about us.
+            if leaves.would_enter(peer) and ident not in self._probing:
+                self._probing[ident] = now
+                self._out.append((peer.addr, Ping(self.me.handle)))
+            self.table.add(peer, self.proximity)
+            return
+        self._probing.pop(ident, None)
         was_member = ident in leaves
         entered, evicted = leaves.add(peer)
         if was_member:
@@ -657,10 +675,6 @@ class PastryNode:
             self.app.update(peer, True, now)
             for gone in evicted:
                 self.app.update(gone, False, now)
-            if not direct and self.state is State.READY and ident not in self._announced:
-                # Learnt second-hand: make sure the new neighbour knows us too.
-                self._announced.add(ident)
-                self._out.append((peer.addr, Announce(self.me.handle)))
         self.table.add(peer, self.proximity)
 
     def _peer_failed(self, peer: Peer, now: float) -> None:

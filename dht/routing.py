@@ -127,6 +127,22 @@ class LeafSet:
         evicted = [p for p in pushed if p.id not in self._ids]
         return True, evicted
 
+    def would_enter(self, peer: Peer) -> bool:
+        """Would ``add(peer)`` put it on a side it is not on yet?"""
+        if peer.id == self.own:
+            return False
+        size, own, half = self.space.size, self.own, self.half
+        for side, sign in ((self.right, 1), (self.left, -1)):
+            if len(side) < half:
+                if not any(p.id == peer.id for p in side):
+                    return True
+                continue
+            if ((peer.id - own) * sign) % size < ((side[-1].id - own) * sign) % size and not any(
+                p.id == peer.id for p in side
+            ):
+                return True
+        return False
+
     def remove(self, ident: int) -> bool:
         if ident not in self._ids:
             return False
