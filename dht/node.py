@@ -433,13 +433,14 @@ class PastryNode:
         key = self.space.from_bytes(msg.key)
         # Validate everything from the wire now: a re-route after an ack timeout must not be
         # the first to find the origin malformed.
-        origin = Peer.from_handle(self.space, msg.origin)
+        if len(msg.origin.id) != self.space.nbytes:
+            raise RemoteProtocolError(f"origin id of {len(msg.origin.id)} bytes")
         if self.cfg.hop_acks:
             self._out.append((src, HopAck(msg.uid)))
         if self.state is not State.READY:
             self.stats.drop("route before ready")
             return
-        self._advance(msg, key, origin, now, 0)
+        self._advance(msg, key, None, now, 0)
 
     def _advance(
         self, msg: Route, key: int, origin: Peer | None, now: float, reroutes: int

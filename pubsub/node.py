@@ -213,6 +213,7 @@ class PubSubNode(Application):
         self.stats = OverlayStats()
         self.nodes: dict[tuple[str, TreeId], TreeNode] = {}
         self._spaces: dict[tuple[str, int], AttributeSpace] = {}
+        self._schemas_seen: dict[str, Schema] = {}
         self._keys: dict[tuple[str, TreeId], int] = {}
         self._subs: dict[int, _MySub] = {}
         self._next_sid = 1
@@ -541,7 +542,7 @@ class PubSubNode(Application):
         event = msg.event
         if event.schema != msg.target.schema:
             raise RemoteProtocolError("ProbePub event schema differs from its target's")
-        schema = self._schema_remote(event.schema)
+        schema = self._schemas_seen.get(event.schema) or self._schema_remote(event.schema)
         values = event.values
         if len(values) > len(schema.attributes) or space.index >= len(values):
             raise RemoteProtocolError("event has more values than its schema has attributes")
@@ -652,9 +653,11 @@ class PubSubNode(Application):
 
     def _schema_remote(self, name: str) -> Schema:
         try:
-            return self.schemas.get(name)
+            schema = self.schemas.get(name)
         except (LocalProtocolError, KeyError):
             raise RemoteProtocolError(f"unknown schema {name!r}") from None
+        self._schemas_seen[name] = schema
+        return schema
 
     def _space(self, schema: str, attr: int) -> AttributeSpace:
         space = self._spaces.get((schema, attr))
@@ -669,12 +672,15 @@ class PubSubNode(Application):
 
     def _resolve(self, ref: Ref) -> tuple[AttributeSpace, TreeId]:
         """Validate a tree reference from the network."""
-        sch = self._schema_remote(ref.schema)
-        if ref.attr >= len(sch.attributes):
-            raise RemoteProtocolError(f"schema {ref.schema!r} has no attribute #{ref.attr}")
-        if ref.depth > MAX_DEPTH or ref.path >> ref.depth:
+        space = self._spaces.get((ref.schema, ref.attr))
+        if space is None:
+            sch = self._schema_remote(ref.schema)
+            if ref.attr >= len(sch.attributes):
+                raise RemoteProtocolError(f"schema {ref.schema!r} has no attribute #{ref.attr}")
+            space = self._space(ref.schema, ref.attr)
+        if ref.path >> ref.depth:
             raise RemoteProtocolError("tree path longer than its depth")
-        return self._space(ref.schema, ref.attr), TreeId(ref.attr, ref.depth, ref.path)
+        return space, TreeId(ref.attr, ref.depth, ref.path)
 
     # ---------------------------------------------------------------------------- inspection
 

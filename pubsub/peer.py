@@ -4,6 +4,7 @@ to a driver (the simulator or the runtime) as a single sans-IO core."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from dht.node import PastryNode
 from dht.wire import Message
@@ -15,7 +16,10 @@ class OverlayPeer:
     """Inputs go to the DHT node (which upcalls the overlay); outputs are the DHT node's
     messages, the earlier of the two layers' deadlines, and the overlay's application events."""
 
-    __slots__ = ("dht", "overlay")
+    __slots__ = ("dht", "overlay", "receive", "take_events", "take_messages")
+    receive: Callable[[Message, bytes, float], None]
+    take_messages: Callable[[], list[tuple[bytes, Message]]]
+    take_events: Callable[[], list[AppEvent]]
 
     def __init__(
         self,
@@ -28,9 +32,10 @@ class OverlayPeer:
     ) -> None:
         self.dht = dht
         self.overlay = PubSubNode(dht, schemas, capacity=capacity, rng=rng, config=overlay)
-
-    def receive(self, msg: Message, src: bytes, now: float) -> None:
-        self.dht.receive(msg, src, now)
+        # Bound once: the driver calls these for every message.
+        self.receive = dht.receive
+        self.take_messages = dht.take_messages
+        self.take_events = self.overlay.take_events
 
     def receive_frame(self, frame: bytes, src: bytes, now: float) -> None:
         self.dht.receive_frame(frame, src, now)
@@ -41,13 +46,10 @@ class OverlayPeer:
 
     def get_timer(self) -> float | None:
         a = self.dht.get_timer()
+        if not self.overlay._timers:  # the common case: nothing parked
+            return a
         b = self.overlay.get_timer()
         if a is None:
             return b
         return a if b is None or a <= b else b
 
-    def take_messages(self) -> list[tuple[bytes, Message]]:
-        return self.dht.take_messages()
-
-    def take_events(self) -> list[AppEvent]:
-        return self.overlay.take_events()
