@@ -38,6 +38,7 @@ is counted in ``stats``, logged and dropped.
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import math
 import random
@@ -164,6 +165,8 @@ class OverlayStats:
     park_timeouts: int = 0
     lost: int = 0
     duplicate_probes: int = 0
+    #: Notifications for a (subscription, event) already notified, dropped at the subscriber.
+    repeated_deliveries: int = 0
     matched: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
 
@@ -214,6 +217,8 @@ class PubSubNode(Application):
         self.nodes: dict[tuple[str, TreeId], TreeNode] = {}
         self._spaces: dict[tuple[str, int], AttributeSpace] = {}
         self._schemas_seen: dict[str, Schema] = {}
+        #: (sid, eid) of recent notifications, to drop repeats.
+        self._got: dict[tuple[int, int], float] = {}
         self._keys: dict[tuple[str, TreeId], int] = {}
         self._subs: dict[int, _MySub] = {}
         self._next_sid = 1
@@ -352,12 +357,17 @@ class PubSubNode(Application):
         bounds = [(lo, hi)]
         if self.cfg.load_balancing:
             # Pieces must stay below the cut-off line even after widening on both sides.
-            limit = self.cfg.cutoff * width - 2.0 * e_max
+            # A hair of margin absorbs floating-point rounding in y - x.
+            limit = self.cfg.cutoff * width - 2.0 * e_max - 1e-9 * width
             if hi - lo > limit:
                 h = self.rng.uniform(limit / 2.0, limit)
-                count = max(1, math.ceil((hi - lo) / h))
-                bounds = [(lo + k * h, lo + (k + 1) * h) for k in range(count - 1)]
-                bounds.append((lo + (count - 1) * h, hi))
+                cuts = [lo]
+                k = 1
+                while lo + k * h < hi:  # never a cut at or past hi: no empty last piece
+                    cuts.append(lo + k * h)
+                    k += 1
+                cuts.append(hi)
+                bounds = list(itertools.pairwise(cuts))
         pieces = []
         me = self.dht.me.handle
         for k, (p_lo, p_hi) in enumerate(bounds):
@@ -493,9 +503,12 @@ class PubSubNode(Application):
     def _on_transfer(self, msg: TransferSub, sender: Peer | None, now: float) -> None:
         space, tid = self._resolve(msg.target)
         zone = space.zone(tid)
+        nbytes = self.dht.space.nbytes
         for s in msg.subs:
             if s.base != space.index or not zone.contains(s.x, s.y):
                 raise RemoteProtocolError(f"transferred point outside {tid}")
+            if len(s.subscriber.id) != nbytes:
+                raise RemoteProtocolError("transferred piece with a malformed subscriber id")
         schema = msg.target.schema
         key = (schema, tid)
         node = self.nodes.get(key)
@@ -514,7 +527,11 @@ class PubSubNode(Application):
         waiting = self._parked.pop(key, None)
         if waiting:
             for parked, _ in waiting:
-                _ROUTED[type(parked)](self, parked, None, now)
+                try:  # one bad parked probe must not take the others with it
+                    _ROUTED[type(parked)](self, parked, None, now)
+                except RemoteProtocolError as exc:
+                    self.stats.malformed += 1
+                    log.debug("dropped bad parked %s: %s", type(parked).__name__, exc)
         if (
             node.index is not None
             and len(node.index) > self.capacity
@@ -584,7 +601,23 @@ class PubSubNode(Application):
             self._route(schema_name, leaf, fwd, now)
 
     def _on_delivery(self, msg: EventDelivery, sender: Peer | None, now: float) -> None:
-        self._events.append(EventDelivered(msg.event, tuple(msg.sids), now))
+        # At most one notification per subscription per event: an event in flight while a
+        # subscription is modified can match its old generation at one leaf and its new one at
+        # another. Repeats are dropped here and counted.
+        eid = msg.event.eid
+        got = self._got
+        fresh = []
+        for sid in msg.sids:
+            if (sid, eid) in got:
+                self.stats.repeated_deliveries += 1
+            else:
+                got[(sid, eid)] = now
+                fresh.append(sid)
+        if len(got) % 1024 == 0:
+            horizon = now - self.cfg.dedup_window_s
+            self._got = {k: t for k, t in got.items() if t >= horizon}
+        if fresh:
+            self._events.append(EventDelivered(msg.event, tuple(fresh), now))
 
     # ------------------------------------------------------------------- shared mechanisms
 

@@ -52,4 +52,3 @@ class OverlayPeer:
         if a is None:
             return b
         return a if b is None or a <= b else b
-

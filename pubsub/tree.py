@@ -142,25 +142,27 @@ class LeafTable:
     overtakes a shallower one, both the old row and the deeper rows are kept for a while, and
     lookups prefer the deepest row, so nothing is lost and duplicates are dropped at the leaves."""
 
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "splits")
 
     def __init__(self, rows: Iterable[TreeId] = ()) -> None:
         self.rows: dict[TreeId, None] = dict.fromkeys(rows)
+        #: Nodes known to have split. A child that is in here is internal, and its own update
+        #: already put its children in; one that is not is (as far as we know) a leaf.
+        self.splits: set[TreeId] = set()
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def apply_split(self, split: TreeId) -> bool:
         """``split`` became internal with children ``split0`` and ``split1``."""
-        changed = self.rows.pop(split, 0) is None
+        if split in self.splits:
+            return False
+        self.splits.add(split)
+        self.rows.pop(split, None)
         for child in (split.child(0), split.child(1)):
-            if child in self.rows:
-                continue
-            if any(child.is_ancestor_of(r) for r in self.rows):
-                continue  # a deeper update got here first
-            self.rows[child] = None
-            changed = True
-        return changed
+            if child not in self.splits:
+                self.rows[child] = None
+        return True
 
     def locate(self, space: AttributeSpace, x: float, y: float) -> TreeId | None:
         """The deepest row whose zone holds the point."""
