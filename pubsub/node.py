@@ -82,9 +82,9 @@ class OverlayConfig:
     max_probe_level: int = 10
     #: RndRegionProbe: zones at max_level are always selected; zones at depth >= min_level are
     #: selected with probability p.
-    min_level: int = 2
+    min_level: int = 3
     max_level: int = 10
-    p: float = 0.5
+    p: float = 0.7
     #: A leaf at this depth never splits (last resort for points widening cannot separate).
     max_depth: int = 48
     #: Stored points are widened by up to this fraction of the domain on each side.

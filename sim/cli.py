@@ -226,9 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     thesis.add_argument(
         "--latency", default="synthetic", help="'synthetic' or the path of a square RTT matrix (ms)"
     )
-    thesis.add_argument("--min-level", type=int, default=2, help="RndRegionProbe min level")
+    thesis.add_argument("--min-level", type=int, default=3, help="RndRegionProbe min level")
     thesis.add_argument("--max-level", type=int, default=10, help="RndRegionProbe max level")
-    thesis.add_argument("--p", type=float, default=0.5, help="RndRegionProbe probability")
+    thesis.add_argument("--p", type=float, default=0.7, help="RndRegionProbe probability")
     thesis.add_argument(
         "--cutoff",
         type=float,
