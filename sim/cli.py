@@ -201,10 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the thesis' evaluation workload, every delivery checked by a brute-force oracle",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    thesis.add_argument("--nodes", type=int, default=1000)
-    thesis.add_argument("--subs-per-node", type=float, default=5.0)
-    thesis.add_argument("--events", type=int, default=10_000)
-    thesis.add_argument("--seed", type=int, default=1)
+    thesis.add_argument("--nodes", type=int, default=1000, help="overlay size")
+    thesis.add_argument(
+        "--subs-per-node", type=float, default=5.0, help="subscriptions per node on average"
+    )
+    thesis.add_argument("--events", type=int, default=10_000, help="events to publish")
+    thesis.add_argument("--seed", type=int, default=1, help="seed of every random stream")
     thesis.add_argument(
         "--lb",
         choices=("on", "off"),
