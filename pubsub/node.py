@@ -42,7 +42,7 @@ import itertools
 import logging
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -719,11 +719,6 @@ class PubSubNode(Application):
 
     def tree_nodes(self) -> list[tuple[str, TreeNode]]:
         return [(schema, node) for (schema, _), node in self.nodes.items()]
-
-
-def values_from(schema: Schema, values: Mapping[str, float | None]) -> tuple[float | None, ...]:
-    """Convenience: event values in schema order from a mapping (validated by the schema)."""
-    return schema.event(values)
 
 
 _Handler = Callable[[PubSubNode, Any, Peer | None, float], None]
