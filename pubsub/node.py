@@ -677,12 +677,7 @@ class PubSubNode(Application):
         return self.cfg.cutoff * (space.max - space.min)
 
     def _schema(self, name: str) -> Schema:
-        try:
-            return self.schemas.get(name)
-        except LocalProtocolError:
-            raise
-        except KeyError:
-            raise LocalProtocolError(f"unknown schema {name!r}") from None
+        return self.schemas.get(name)  # an unknown name raises SchemaError (our misuse)
 
     def _schema_remote(self, name: str) -> Schema:
         try:

@@ -146,26 +146,11 @@ class AttributeSpace:
         """The depth-``depth`` node whose zone holds the point (x, y)."""
         if not (self.min <= x <= self.max and self.min <= y <= self.max):
             raise LocalProtocolError(f"point ({x}, {y}) outside {self.name}'s square")
-        x_lo = y_lo = self.min
-        x_hi = y_hi = self.max
-        path = 0
-        for level in range(depth):
-            if level % 2 == 0:
-                mid = (x_lo + x_hi) / 2.0
-                bit = 1 if x >= mid else 0
-                if bit:
-                    x_lo = mid
-                else:
-                    x_hi = mid
-            else:
-                mid = (y_lo + y_hi) / 2.0
-                bit = 1 if y >= mid else 0
-                if bit:
-                    y_lo = mid
-                else:
-                    y_hi = mid
-            path = (path << 1) | bit
-        return TreeId(self.index, depth, path)
+        # Descend with the same halving the zones use, so the two can never disagree.
+        tid = self.root
+        for _ in range(depth):
+            tid = self.child_for(tid, x, y)
+        return tid
 
     def split_axis_is_x(self, tid: TreeId) -> bool:
         return tid.depth % 2 == 0

@@ -542,6 +542,19 @@ class _Parser:
                 raise self.at(tok, str(exc)) from None
             raise self.error(str(exc), start.pos, end) from None
 
+    def apply_op(self, i: int, op: str, num: _Token, start: _Token) -> None:
+        """Attribute ``i`` compared with one number by ``op`` (attribute on the left)."""
+        has_lo, lo_open, has_hi, hi_open = _OPS[op]
+        self.apply(
+            i,
+            num.value if has_lo else None,
+            lo_open,
+            num.value if has_hi else None,
+            hi_open,
+            {"lo": num, "hi": num},
+            start,
+        )
+
     def attribute_first(self, name: _Token) -> None:
         i = self.attribute(name)
         op = self.take()
@@ -558,16 +571,7 @@ class _Parser:
                 f"found {op.describe()}",
             )
         num = self.expect(_NUM, op, "a number")
-        has_lo, lo_open, has_hi, hi_open = _OPS[op.text]
-        self.apply(
-            i,
-            num.value if has_lo else None,
-            lo_open,
-            num.value if has_hi else None,
-            hi_open,
-            {"lo": num, "hi": num},
-            name,
-        )
+        self.apply_op(i, op.text, num, name)
 
     def number_first(self, num: _Token) -> None:
         op = self.take()
@@ -578,17 +582,7 @@ class _Parser:
         name = self.expect(_ID, op, "an attribute name")
         i = self.attribute(name)
         if self.peek().kind != _OP:
-            mirrored = _MIRROR[op.text]
-            has_lo, lo_open, has_hi, hi_open = _OPS[mirrored]
-            self.apply(
-                i,
-                num.value if has_lo else None,
-                lo_open,
-                num.value if has_hi else None,
-                hi_open,
-                {"lo": num, "hi": num},
-                num,
-            )
+            self.apply_op(i, _MIRROR[op.text], num, num)
             return
         op2 = self.take()
         for o in (op, op2):

@@ -27,14 +27,8 @@ def _route(args: argparse.Namespace) -> int:
         lookup_rate_per_s=args.lookup_rate,
         loss=args.loss,
     )
-    progress = (
-        None if args.quiet else (lambda m: print(f"[route] {m}", file=sys.stderr, flush=True))
-    )
-    result = run_route(params, progress=progress)
-    if args.json:
-        print(json.dumps(result, sort_keys=True))
-    else:
-        _print_route_summary(result)
+    result = run_route(params, progress=None if args.quiet else _stderr_progress("route"))
+    _emit(result, args.json, _print_route_summary)
     return 0
 
 
@@ -56,16 +50,12 @@ def _thesis(args: argparse.Namespace) -> int:
             min_level=args.min_level, max_level=args.max_level, p=args.p, cutoff=args.cutoff
         ),
     )
-    progress = None if args.quiet else _stderr_progress("thesis")
-    result = run_thesis(params, progress=progress)
+    result = run_thesis(params, progress=None if args.quiet else _stderr_progress("thesis"))
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "summary.json").write_text(json.dumps(result, sort_keys=True, indent=1))
-    if args.json:
-        print(json.dumps(result, sort_keys=True))
-    else:
-        _print_thesis_summary(result)
+    _emit(result, args.json, _print_thesis_summary)
     return 0 if result["missed"] == result["duplicates"] == result["false_positives"] == 0 else 1
 
 
@@ -102,6 +92,14 @@ def _print_thesis_summary(r: dict[str, Any]) -> None:
         f"({r['sim_messages_per_s']:,.0f} messages/s)",
     ]
     print("\n".join(lines))
+
+
+def _emit(result: dict[str, Any], as_json: bool, summary: Callable[[dict[str, Any]], None]) -> None:
+    """One JSON object on stdout, or the readable summary."""
+    if as_json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        summary(result)
 
 
 def _stderr_progress(label: str) -> Callable[[str], None]:

@@ -22,6 +22,7 @@ from dht.routing import Peer
 from sim.engine import Simulator, print_progress
 from sim.latency import latency_model
 from sim.overlay import PastryOverlay
+from sim.percentiles import percentile
 from sim.streams import stream
 
 
@@ -85,13 +86,6 @@ class _LookupLog:
         self.outstanding -= 1
         if self.outstanding == 0:
             self.sim.stop()
-
-
-def _percentile(sorted_vals: list[float], q: float) -> float:
-    if not sorted_vals:
-        return 0.0
-    k = min(len(sorted_vals) - 1, max(0, math.ceil(q * len(sorted_vals)) - 1))
-    return float(sorted_vals[k])
 
 
 def run_route(params: RouteParams, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -170,7 +164,7 @@ def run_route(params: RouteParams, progress: Callable[[str], None] | None = None
         "lookups": params.lookups,
         "correct_root_fraction": correct / params.lookups if params.lookups else 1.0,
         "mean_hops": sum(hops) / len(hops) if hops else 0.0,
-        "p99_hops": _percentile(hops, 0.99),
+        "p99_hops": percentile(hops, 0.99),
         "max_hops": hops[-1] if hops else 0,
         "mean_latency_ms": sum(lat) / len(lat) if lat else 0.0,
         "sim_messages": sim_messages,

@@ -47,6 +47,7 @@ from pubsub.subscription import Subscription
 from sim.engine import Simulator, print_progress
 from sim.latency import latency_model
 from sim.overlay import PastryOverlay
+from sim.percentiles import percentile
 from sim.streams import stream
 from sim.workload import THESIS_WORKLOAD, CsvEvents, Workload, default_params
 
@@ -124,21 +125,14 @@ class Oracle:
         return np.flatnonzero(ok)
 
 
-def _pct(sorted_vals: Sequence[float], q: float) -> float:
-    if not sorted_vals:
-        return 0.0
-    k = min(len(sorted_vals) - 1, max(0, math.ceil(q * len(sorted_vals)) - 1))
-    return float(sorted_vals[k])
-
-
 def _summary(values: list[float], with_max: bool = False) -> dict[str, float]:
     vals = sorted(values)
     out = {
         "mean": sum(vals) / len(vals) if vals else 0.0,
-        "p50": _pct(vals, 0.50),
-        "p70": _pct(vals, 0.70),
-        "p90": _pct(vals, 0.90),
-        "p99": _pct(vals, 0.99),
+        "p50": percentile(vals, 0.50),
+        "p70": percentile(vals, 0.70),
+        "p90": percentile(vals, 0.90),
+        "p99": percentile(vals, 0.99),
     }
     if with_max:
         out["max"] = vals[-1] if vals else 0.0
@@ -161,8 +155,8 @@ def _bandwidth(per_node: list[float]) -> dict[str, float]:
     top = vals[-20:]
     return {
         "mean": sum(vals) / len(vals) if vals else 0.0,
-        "p70": _pct(vals, 0.70),
-        "p90": _pct(vals, 0.90),
+        "p70": percentile(vals, 0.70),
+        "p90": percentile(vals, 0.90),
         "max": vals[-1] if vals else 0.0,
         "top20_mean": sum(top) / len(top) if top else 0.0,
     }
