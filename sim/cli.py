@@ -239,6 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     thesis.add_argument("--json", action="store_true", help="print one JSON object")
     thesis.add_argument("--quiet", action="store_true", help="no progress on stderr")
     thesis.set_defaults(func=_thesis)
+
+    from sim.lbdd_experiment import add_lbdd_parser
+
+    add_lbdd_parser(sims)
     return parser
 
 

@@ -1,0 +1,142 @@
+"""LBDD: the load-balancing dissemination tree over MD5 digests and XOR buckets (pure functions).
+
+Theory of operation
+-------------------
+Every member of a dissemination (the source and its receivers) is known by its transport
+address. Its *digest* is the top 32 bits of the MD5 of that address; the distance between two
+members is the XOR of their digests. Relative to the source, a receiver at distance ``d`` lies
+in bucket ``d.bit_length()`` (distance in ``[2^(m-1), 2^m)``); the source is bucket 0.
+
+Because digests are uniform, bucket ``m + 1`` holds about twice as many receivers as bucket
+``m``. The tree follows from that: the source sends to every receiver of the first non-empty
+bucket; the receivers of each non-empty bucket, ranked by digest, split the next non-empty
+bucket (also ranked by digest) into consecutive, disjoint, near-equal shares and send to their
+share. Every receiver therefore has exactly one parent, in a strictly lower bucket, so the paths
+form a tree rooted at the source with no cycle, and the mean out-degree of a forwarding member
+is about 2. Each member computes the tree locally from the member list: no tree messages.
+
+``near_bucket`` (on by default) is our one departure from the paper's rule. Below bucket
+``m0 = 33 - floor(log2 n)`` a bucket expects fewer than one of the ``n`` receivers, so each
+non-empty one adds a level of depth with out-degree 1: a store-and-forward hop that spreads no
+load. Those sparse buckets are merged into one (bucket ``m0 - 1``), which bounds the depth by
+``floor(log2 n) + 1`` (9 for n = 500, as the paper's Table 1) and leaves the source about two
+copies to send. ``near_bucket=False`` gives the paper's rule exactly.
+
+Ties (two receivers with the same digest) are broken by address so that every member computes
+the same tree; a receiver whose digest equals the source's counts as bucket 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dht.errors import LocalProtocolError
+
+DIGEST_BITS = 32
+#: Index of the source in ``LbddTree.parent``.
+SOURCE = -1
+
+
+def digest(addr: bytes | str) -> int:
+    """Top 32 bits of MD5 of the member's address."""
+    raw = addr.encode() if isinstance(addr, str) else addr
+    return int.from_bytes(hashlib.md5(raw, usedforsecurity=False).digest()[:4], "big")
+
+
+def bucket_of(source_digest: int, member_digest: int) -> int:
+    """The paper's bucket number: the bit length of the XOR distance (>= 1 for a receiver)."""
+    return max(1, (source_digest ^ member_digest).bit_length())
+
+
+def near_floor(n: int) -> int:
+    """First bucket kept on its own when sparse buckets are merged (``m0``)."""
+    return DIGEST_BITS + 1 - max(0, n.bit_length() - 1)
+
+
+def shares(parents: int, targets: int) -> list[range]:
+    """Algorithm 2: parent of rank k (0-based) gets targets[k*T//P : (k+1)*T//P]: consecutive,
+    disjoint, covering, sizes differing by at most one."""
+    return [range(k * targets // parents, (k + 1) * targets // parents) for k in range(parents)]
+
+
+@dataclass(frozen=True, slots=True)
+class LbddTree:
+    """The dissemination tree over ``members`` (indices into the address list given)."""
+
+    #: ``parent[i]``: index of member i's parent, ``SOURCE`` for the source.
+    parent: tuple[int, ...]
+    #: ``children[i]``: member i's targets, in send order; ``source_children``: the source's.
+    children: tuple[tuple[int, ...], ...]
+    source_children: tuple[int, ...]
+    #: Bucket of each member (after the near-bucket merge, if on).
+    bucket: tuple[int, ...]
+    #: Edges on the longest source-to-member path (0 for no members).
+    depth: int
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    def targets(self, member: int) -> tuple[int, ...]:
+        return self.source_children if member == SOURCE else self.children[member]
+
+    def subtree(self, member: int) -> list[int]:
+        """Every member below ``member`` (excluded), parents before children."""
+        out: list[int] = []
+        stack = list(reversed(self.targets(member)))
+        while stack:
+            m = stack.pop()
+            out.append(m)
+            stack.extend(reversed(self.children[m]))
+        return out
+
+    def out_degrees(self) -> list[int]:
+        """Copies each sender sends: the source first, then every member."""
+        return [len(self.source_children), *(len(c) for c in self.children)]
+
+
+def build_tree(
+    source: bytes | str, members: Sequence[bytes | str], *, near_bucket: bool = True
+) -> LbddTree:
+    """The LBDD tree rooted at ``source`` over the receivers ``members`` (distinct addresses,
+    the source not among them)."""
+    if len(set(members)) != len(members):
+        raise LocalProtocolError("LBDD members must have distinct addresses")
+    if source in members:
+        raise LocalProtocolError("the source cannot also be a receiver")
+    n = len(members)
+    s = digest(source)
+    digests = [digest(a) for a in members]
+    buckets = [bucket_of(s, d) for d in digests]
+    if near_bucket and n > 1:
+        floor = near_floor(n)
+        buckets = [b if b >= floor else floor - 1 for b in buckets]
+    by_bucket: dict[int, list[int]] = {}
+    for i, b in enumerate(buckets):
+        by_bucket.setdefault(b, []).append(i)
+    order = sorted(by_bucket)
+    for b in order:
+        by_bucket[b].sort(key=lambda i: (digests[i], _key(members[i])))
+    parent = [SOURCE] * n
+    children: list[list[int]] = [[] for _ in range(n)]
+    source_children: tuple[int, ...] = ()
+    if order:
+        source_children = tuple(by_bucket[order[0]])
+        for lower, upper in zip(order, order[1:], strict=False):
+            senders, targets = by_bucket[lower], by_bucket[upper]
+            for sender, share in zip(senders, shares(len(senders), len(targets)), strict=True):
+                for t in share:
+                    parent[targets[t]] = sender
+                    children[sender].append(targets[t])
+    return LbddTree(
+        parent=tuple(parent),
+        children=tuple(tuple(c) for c in children),
+        source_children=source_children,
+        bucket=tuple(buckets),
+        depth=len(order),
+    )
+
+
+def _key(addr: bytes | str) -> bytes:
+    return addr.encode() if isinstance(addr, str) else addr
