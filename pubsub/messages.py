@@ -4,7 +4,8 @@ The seven message types of the thesis (section 4.2.1) map onto these: ProbeSubMe
 InsertSubMessage are one ``ProbeSub`` (the home stores the subscription as soon as the probe finds
 it, then acknowledges with ``InstallAck``), LeafUpdateMessage is ``LeafUpdate``,
 TransferSubMessage is ``TransferSub``, ProbePubMessage is ``ProbePub``, EventDeliveryMessage is
-``EventDelivery``; ProbePubMulticastMessage belongs to the multicast layer.
+``EventDelivery``; ProbePubMulticastMessage is ``ProbePubMulticast`` (its targets grouped by the
+multicast layer's ``split``). ``LbddDelivery`` carries an event down an LBDD tree of subscribers.
 
 Routed messages travel as the payload of a DHT ``Route`` to the key of their ``target`` tree
 node; ``InstallAck`` and ``EventDelivery`` go point-to-point to the subscriber's address.
@@ -129,4 +130,55 @@ class EventDelivery(Message, tag=69):
     sids: list[U32]
 
 
-register("pubsub", ProbeSub, InstallAck, LeafUpdate, TransferSub, ProbePub, EventDelivery)
+class ProbeTarget(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One target of a ``ProbePubMulticast``: what a ``ProbePub`` would carry besides the event
+    (the schema is the event's)."""
+
+    attr: U8
+    depth: Depth
+    path: U63
+    scope_depth: Depth
+    scope_path: U63
+    via_lrt: bool
+    jumps: U8
+
+
+class ProbePubMulticast(Message, tag=70):
+    """RndRegionProbe targets that share the next hop: one event, several tree nodes. Each hop
+    serves the targets it is root of and regroups the rest (``multicast.prefix.split``)."""
+
+    event: Event
+    #: Multicast hops so far (bounded by ``multicast.prefix.MAX_HOPS``).
+    hops: U8
+    targets: Annotated[list[ProbeTarget], msgspec.Meta(min_length=1, max_length=4096)]
+
+
+class Relay(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A subscriber below the recipient of an ``LbddDelivery``: its matched subscriptions and
+    its parent, an earlier index in the list, or -1 for the recipient itself."""
+
+    subscriber: Handle
+    sids: list[U32]
+    parent: Annotated[int, msgspec.Meta(ge=-1, le=0xFFFF)]
+
+
+class LbddDelivery(Message, tag=71):
+    """To a subscriber: ``event`` matched its subscriptions ``sids``; pass it on to the
+    subscribers in ``below`` (its subtree of the leaf's LBDD tree, parents listed first)."""
+
+    event: Event
+    sids: list[U32]
+    below: Annotated[list[Relay], msgspec.Meta(max_length=65535)]
+
+
+register(
+    "pubsub",
+    ProbeSub,
+    InstallAck,
+    LeafUpdate,
+    TransferSub,
+    ProbePub,
+    EventDelivery,
+    ProbePubMulticast,
+    LbddDelivery,
+)

@@ -50,17 +50,24 @@ from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
 from dht.node import Application, PastryNode
 from dht.routing import Peer
 from dht.wire import Message, codec
+from multicast.lbdd import build_tree
+from multicast.prefix import MAX_HOPS as MULTICAST_MAX_HOPS
+from multicast.prefix import split as split_keys
 from pubsub.messages import (
     OP_INSERT,
     OP_REMOVE,
     Event,
     EventDelivery,
     InstallAck,
+    LbddDelivery,
     LeafUpdate,
     Pred,
     ProbePub,
+    ProbePubMulticast,
     ProbeSub,
+    ProbeTarget,
     Ref,
+    Relay,
     StoredSub,
     TransferSub,
 )
@@ -97,6 +104,15 @@ class OverlayConfig:
     #: How long a leaf remembers the events it matched (probes of one event arrive within it).
     dedup_window_s: float = 120.0
     max_jumps: int = 64
+    #: How probes travel: one ProbePub per target ("unicast", as the thesis' baseline) or
+    #: grouped per next hop ("multicast", thesis 3.4.2).
+    probe: str = "unicast"
+    #: How a leaf notifies matched subscribers: one EventDelivery each ("unicast"), or down an
+    #: LBDD tree in which subscribers relay ("lbdd").
+    delivery: str = "unicast"
+    #: Under "lbdd", a leaf with fewer matched subscribers than this still sends directly (a
+    #: relay only pays off when the leaf would otherwise send many copies).
+    lbdd_min_subscribers: int = 4
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_probe_level <= MAX_DEPTH:
@@ -111,6 +127,12 @@ class OverlayConfig:
             raise LocalProtocolError("widen must be in [0, 0.01)")
         if self.load_balancing and not 4 * self.widen < self.cutoff <= 1.0:
             raise LocalProtocolError("cutoff must be in (4 * widen, 1]")
+        if self.probe not in ("unicast", "multicast"):
+            raise LocalProtocolError(f"probe must be 'unicast' or 'multicast', not {self.probe!r}")
+        if self.delivery not in ("unicast", "lbdd"):
+            raise LocalProtocolError(f"delivery must be 'unicast' or 'lbdd', not {self.delivery!r}")
+        if self.lbdd_min_subscribers < 2:
+            raise LocalProtocolError("lbdd_min_subscribers must be >= 2")
 
 
 # ------------------------------------------------------------------------ application events
@@ -307,15 +329,17 @@ class PubSubNode(Application):
         eid = self.rng.getrandbits(63)
         event = Event(eid, schema.name, [None if v is None else float(v) for v in values])
         strict = schema.partial == "strict"
+        targets: list[ProbeTarget] = []
         for attr, value in enumerate(event.values):
             if value is None and strict:
                 continue  # strict: a predicate on an absent attribute fails; nothing to find
             space = self._space(schema.name, attr)
             cutoff = self._cutoff(space)
             for tid in self._select_zones(space, value, cutoff):
-                ref = Ref(schema.name, attr, tid.depth, tid.path)
-                msg = ProbePub(event, ref, tid.depth, tid.path, False, 0)
-                self._route(schema.name, tid, msg, now)
+                targets.append(
+                    ProbeTarget(attr, tid.depth, tid.path, tid.depth, tid.path, False, 0)
+                )
+        self._probe_out(event, targets, 0, now)
         return eid
 
     def _select_zones(
@@ -554,18 +578,22 @@ class PubSubNode(Application):
             parent = holder.parent()
             self._route(msg.split.schema, parent, LeafUpdate(msg.split, parent.depth), now)
 
+    def _check_event(self, event: Event) -> Schema:
+        schema = self._schemas_seen.get(event.schema) or self._schema_remote(event.schema)
+        if len(event.values) != len(schema.attributes):
+            raise RemoteProtocolError("event values do not match its schema's attributes")
+        for v in event.values:
+            if v is not None and not math.isfinite(v):
+                raise RemoteProtocolError("event value is not a finite number")
+        return schema
+
     def _on_probe_pub(self, msg: ProbePub, sender: Peer | None, now: float) -> None:
         space, tid = self._resolve(msg.target)
         event = msg.event
         if event.schema != msg.target.schema:
             raise RemoteProtocolError("ProbePub event schema differs from its target's")
-        schema = self._schemas_seen.get(event.schema) or self._schema_remote(event.schema)
+        schema = self._check_event(event)
         values = event.values
-        if len(values) > len(schema.attributes) or space.index >= len(values):
-            raise RemoteProtocolError("event has more values than its schema has attributes")
-        for v in values:
-            if v is not None and not math.isfinite(v):
-                raise RemoteProtocolError("event value is not a finite number")
         if msg.scope_depth < tid.depth:
             raise RemoteProtocolError("probe scope above its target")
         scope = TreeId(tid.attr, msg.scope_depth, msg.scope_path)
@@ -588,17 +616,135 @@ class PubSubNode(Application):
             by_owner: dict[bytes, list[StoredSub]] = {}
             for s in matched:
                 by_owner.setdefault(s.subscriber.addr, []).append(s)
-            for group in by_owner.values():
-                owner = Peer.from_handle(self.dht.space, group[0].subscriber)
-                self._send(owner, EventDelivery(event, [s.sid for s in group]), now)
+            self._notify(event, by_owner, now)
             return
         assert node.table is not None
-        schema_name = msg.target.schema
+        targets = []
         for leaf in node.table.overlapping(space, scope, value, cutoff):
             inner = leaf if scope.is_ancestor_of(leaf) else scope
-            ref = Ref(schema_name, leaf.attr, leaf.depth, leaf.path)
-            fwd = ProbePub(event, ref, inner.depth, inner.path, True, msg.jumps)
-            self._route(schema_name, leaf, fwd, now)
+            targets.append(
+                ProbeTarget(
+                    leaf.attr, leaf.depth, leaf.path, inner.depth, inner.path, True, msg.jumps
+                )
+            )
+        self._probe_out(event, targets, 0, now)
+
+    # ----------------------------------------------------------------- probes: the two modes
+
+    def _probe_out(self, event: Event, targets: list[ProbeTarget], hops: int, now: float) -> None:
+        """Send RndRegionProbe ``targets`` (tree nodes of ``event``'s schema) on their way.
+
+        ``unicast``: one ``ProbePub`` per target, routed by the DHT to the target's key.
+        ``multicast``: targets this peer is root of are served here; the rest go as one
+        ``ProbePubMulticast`` per next hop (``multicast.prefix.split``, the DHT's own routing
+        decision), point to point: the next hop regroups them again. A multicast hop needs no
+        routing header (key, uid, origin), since every hop decides afresh for every target."""
+        schema = event.schema
+        if self.cfg.probe == "unicast":
+            for t in targets:
+                tid = TreeId(t.attr, t.depth, t.path)
+                ref = Ref(schema, t.attr, t.depth, t.path)
+                pp = ProbePub(event, ref, t.scope_depth, t.scope_path, t.via_lrt, t.jumps)
+                self._route(schema, tid, pp, now)
+            return
+        keys = [self._key(schema, TreeId(t.attr, t.depth, t.path)) for t in targets]
+        plan = split_keys(self.dht, keys)
+        encode = self._codec.encode
+        for group in plan.groups:
+            batch = [targets[i] for i in group.members]
+            msg = ProbePubMulticast(event, hops + 1, batch)
+            self.dht.send_direct(group.next_hop, encode(msg), now)
+        for i in plan.local:
+            t = targets[i]
+            ref = Ref(schema, t.attr, t.depth, t.path)
+            pp = ProbePub(event, ref, t.scope_depth, t.scope_path, t.via_lrt, t.jumps)
+            try:  # one bad target must not take the others with it
+                self._on_probe_pub(pp, None, now)
+            except RemoteProtocolError as exc:
+                self.stats.malformed += 1
+                log.debug("dropped bad multicast target: %s", exc)
+
+    def _on_multicast(self, msg: ProbePubMulticast, sender: Peer | None, now: float) -> None:
+        """Serve the targets this peer is root of and send the rest on, regrouped."""
+        event = msg.event
+        self._check_event(event)
+        if msg.hops >= MULTICAST_MAX_HOPS:
+            self.stats.drop("multicast hop budget exhausted")
+            return
+        targets = []
+        for t in msg.targets:
+            try:
+                self._resolve(Ref(event.schema, t.attr, t.depth, t.path))
+                if t.scope_depth < t.depth or t.scope_path >> t.scope_depth:
+                    raise RemoteProtocolError("multicast target scope above its target")
+            except RemoteProtocolError as exc:
+                self.stats.malformed += 1
+                log.debug("dropped bad multicast target: %s", exc)
+                continue
+            targets.append(t)
+        if targets:
+            self._probe_out(event, targets, msg.hops, now)
+
+    def _notify(self, event: Event, by_owner: dict[bytes, list[StoredSub]], now: float) -> None:
+        """A leaf tells the matched subscribers: one ``EventDelivery`` each, or (``lbdd``, many
+        subscribers) down the LBDD tree rooted at this peer, each subscriber relaying to its
+        share of the next bucket."""
+        space = self.dht.space
+        if self.cfg.delivery != "lbdd" or len(by_owner) < self.cfg.lbdd_min_subscribers:
+            for group in by_owner.values():
+                owner = Peer.from_handle(space, group[0].subscriber)
+                self._send(owner, EventDelivery(event, [s.sid for s in group]), now)
+            return
+        me = self.dht.me.addr
+        mine = by_owner.get(me)
+        if mine is not None:  # this leaf's host subscribes too: no relay for itself
+            self._send(self.dht.me, EventDelivery(event, [s.sid for s in mine]), now)
+        addrs = [a for a in by_owner if a != me]
+        tree = build_tree(me, addrs)
+        relays = [Relay(by_owner[a][0].subscriber, [s.sid for s in by_owner[a]], -1) for a in addrs]
+        for child in tree.source_children:
+            below = tree.subtree(child)
+            position = {m: k for k, m in enumerate(below)}
+            listed = [
+                Relay(
+                    relays[m].subscriber,
+                    relays[m].sids,
+                    -1 if tree.parent[m] == child else position[tree.parent[m]],
+                )
+                for m in below
+            ]
+            owner = Peer.from_handle(space, relays[child].subscriber)
+            self._send(owner, LbddDelivery(event, relays[child].sids, listed), now)
+
+    def _on_lbdd_delivery(self, msg: LbddDelivery, sender: Peer | None, now: float) -> None:
+        """Take our notification and pass the event on to our children, each with its own
+        subtree. Parents are listed before their children, so one pass finds every entry's
+        top-level ancestor and a malformed list cannot make a cycle."""
+        below = msg.below
+        top: list[int] = []
+        space = self.dht.space
+        for k, r in enumerate(below):
+            if r.parent >= k:
+                raise RemoteProtocolError("LBDD relay list names a later entry as parent")
+            if len(r.subscriber.id) != space.nbytes:
+                raise RemoteProtocolError("LBDD relay with a malformed subscriber id")
+            top.append(k if r.parent == -1 else top[r.parent])
+        self._on_delivery(EventDelivery(msg.event, msg.sids), sender, now)
+        for j, r in enumerate(below):
+            if r.parent != -1:
+                continue
+            mine = [k for k in range(j + 1, len(below)) if top[k] == j]
+            position = {k: n for n, k in enumerate(mine)}
+            listed = [
+                Relay(
+                    below[k].subscriber,
+                    below[k].sids,
+                    -1 if below[k].parent == j else position[below[k].parent],
+                )
+                for k in mine
+            ]
+            child = Peer.from_handle(space, r.subscriber)
+            self._send(child, LbddDelivery(msg.event, r.sids, listed), now)
 
     def _on_delivery(self, msg: EventDelivery, sender: Peer | None, now: float) -> None:
         # At most one notification per subscription per event: an event in flight while a
@@ -658,7 +804,8 @@ class PubSubNode(Application):
             up = ProbePub(msg.event, ref, msg.scope_depth, msg.scope_path, False, msg.jumps + 1)
         self._route(t.schema, tid, up, now)
 
-    def _route(self, schema: str, tid: TreeId, msg: Message, now: float) -> None:
+    def _key(self, schema: str, tid: TreeId) -> int:
+        """The DHT key of a tree node (SHA-1 of its identifier), cached."""
         key = self._keys.get((schema, tid))
         if key is None:
             space = self._space(schema, tid.attr)
@@ -666,7 +813,10 @@ class PubSubNode(Application):
             if len(self._keys) > 1 << 16:
                 self._keys.clear()
             self._keys[(schema, tid)] = key
-        self.dht.route(key, self._codec.encode(msg), now)
+        return key
+
+    def _route(self, schema: str, tid: TreeId, msg: Message, now: float) -> None:
+        self.dht.route(self._key(schema, tid), self._codec.encode(msg), now)
 
     def _send(self, peer: Peer, msg: Message, now: float) -> None:
         self.dht.send_direct(peer, self._codec.encode(msg), now)
@@ -726,4 +876,6 @@ _ROUTED: dict[type[Message], _Handler] = {
 _DIRECT: dict[type[Message], _Handler] = {
     InstallAck: PubSubNode._on_install_ack,
     EventDelivery: PubSubNode._on_delivery,
+    LbddDelivery: PubSubNode._on_lbdd_delivery,
+    ProbePubMulticast: PubSubNode._on_multicast,
 }

@@ -47,7 +47,12 @@ def _thesis(args: argparse.Namespace) -> int:
         missing=args.missing,
         latency=args.latency,
         overlay=OverlayConfig(
-            min_level=args.min_level, max_level=args.max_level, p=args.p, cutoff=args.cutoff
+            min_level=args.min_level,
+            max_level=args.max_level,
+            p=args.p,
+            cutoff=args.cutoff,
+            probe=args.probe,
+            delivery=args.delivery,
         ),
     )
     result = run_thesis(params, progress=None if args.quiet else _stderr_progress("thesis"))
@@ -63,6 +68,7 @@ def _print_thesis_summary(r: dict[str, Any]) -> None:
     lm = r["latency_model"]
     il, dl = r["install_latency_ms"], r["delivery_latency_ms"]
     pb, pr = r["publish_bytes_per_event_per_node"], r["probe_bytes_per_event_per_node"]
+    dv = r["delivery_bytes_per_event_per_node"]
     tree = r["tree"]
     verdict = (
         "every matching subscriber got every event exactly once"
@@ -85,7 +91,10 @@ def _print_thesis_summary(r: dict[str, Any]) -> None:
         f"subscription per node   (thesis: 14.32)",
         f"  publish bandwidth  mean {pb['mean']:.0f} B per event per node, p90 {pb['p90']:.0f}, "
         f"max {pb['max']:.0f}   (thesis: mean 1.32 KB)",
-        f"  probe bandwidth    mean {pr['mean']:.0f} B per event per node, max {pr['max']:.0f}",
+        f"  probe bandwidth    mean {pr['mean']:.0f} B per event per node, "
+        f"top-20 {pr['top20_mean']:.0f}, max {pr['max']:.0f}   ({r['probe']} probes)",
+        f"  delivery bandwidth mean {dv['mean']:.0f} B per event per node, "
+        f"top-20 {dv['top20_mean']:.0f}, max {dv['max']:.0f}   ({r['delivery']} delivery)",
         f"  2d-tree            {tree['leaves']:,} leaves, {tree['internal']:,} internal, "
         f"max depth {tree['max_depth']}",
         f"  simulated messages {r['sim_messages']:,}; wall {r['wall_s']:.1f} s "
@@ -234,6 +243,20 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.1,
         help="load-balancing cut-off c as a fraction of each domain",
+    )
+    thesis.add_argument(
+        "--probe",
+        choices=("unicast", "multicast"),
+        default="unicast",
+        help="event probes: one message per target tree node (the thesis' baseline), or "
+        "grouped per next hop (prefix-grouped application-layer multicast)",
+    )
+    thesis.add_argument(
+        "--delivery",
+        choices=("unicast", "lbdd"),
+        default="unicast",
+        help="notifications: one message per matched subscriber, or down an LBDD tree in "
+        "which subscribers relay",
     )
     thesis.add_argument("--out", metavar="DIR", help="write summary.json into DIR")
     thesis.add_argument("--json", action="store_true", help="print one JSON object")

@@ -53,7 +53,7 @@ from sim.workload import THESIS_WORKLOAD, CsvEvents, Workload, default_params
 
 INSTALL_KINDS = ("ProbeSub", "InstallAck", "LeafUpdate", "TransferSub")
 PROBE_KINDS = ("ProbePub", "ProbePubMulticast")
-DELIVERY_KINDS = ("EventDelivery",)
+DELIVERY_KINDS = ("EventDelivery", "LbddDelivery")
 #: Fields that depend on the machine, not on the seed.
 WALL_FIELDS = ("wall_s", "sim_messages_per_s", "wall_phases_s")
 
@@ -334,6 +334,7 @@ def run_thesis(
     install_bw = _per_node(sim, INSTALL_KINDS, n_subs)
     publish_bw = _per_node(sim, PROBE_KINDS + DELIVERY_KINDS, n_events)
     probe_bw = _per_node(sim, PROBE_KINDS, n_events)
+    delivery_bw = _per_node(sim, DELIVERY_KINDS, n_events)
 
     leaves = internal = max_depth = 0
     totals: dict[str, int] = {}
@@ -378,14 +379,15 @@ def run_thesis(
         "install_bytes_per_sub_per_node": _bandwidth(install_bw),
         "publish_bytes_per_event_per_node": _bandwidth(publish_bw),
         "probe_bytes_per_event_per_node": _bandwidth(probe_bw),
+        "delivery_bytes_per_event_per_node": _bandwidth(delivery_bw),
         "messages_by_type": sim.stats.types_json(),
         "tree": {"leaves": leaves, "internal": internal, "max_depth": max_depth},
         "overlay": totals,
         "seed": seed,
         "lb": params.lb,
         "partial": params.partial,
-        "probe": "unicast",
-        "delivery": "unicast",
+        "probe": overlay_cfg.probe,
+        "delivery": overlay_cfg.delivery,
         "schema": schema.name,
         "events_from": params.events_from,
         "latency_model": model.describe(),

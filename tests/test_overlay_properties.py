@@ -128,6 +128,14 @@ def workload_events(
 
 # --------------------------------------------------------------------- random workloads
 
+#: (probe, delivery) modes: every mode must deliver exactly what the oracle expects.
+MODES = [
+    ("unicast", "unicast"),
+    ("multicast", "unicast"),
+    ("unicast", "lbdd"),
+    ("multicast", "lbdd"),
+]
+
 
 @pytest.mark.parametrize("partial", ["strict", "lenient"])
 @pytest.mark.parametrize("lb", [False, True], ids=["plain", "lb"])
@@ -139,6 +147,7 @@ def workload_events(
     cap=st.sampled_from([(2, 4), (2, 6), (4, 6)]),
     gap=st.sampled_from([0.0, 0.02, 0.5]),
     missing=st.sampled_from([0.0, 0.25, 0.6]),
+    modes=st.sampled_from(MODES),
 )
 def test_random_workload_builds_a_sound_tree_and_delivers_exactly(
     partial: str,
@@ -149,9 +158,14 @@ def test_random_workload_builds_a_sound_tree_and_delivers_exactly(
     cap: tuple[int, int],
     gap: float,
     missing: float,
+    modes: tuple[str, str],
 ) -> None:
     schema = THESIS_SCHEMA.with_partial(partial)
-    net = Net(n, seed, schema, capacity=cap, config=OverlayConfig(load_balancing=lb))
+    probe, delivery = modes
+    config = OverlayConfig(
+        load_balancing=lb, probe=probe, delivery=delivery, lbdd_min_subscribers=2
+    )
+    net = Net(n, seed, schema, capacity=cap, config=config)
     workload = Workload(schema, THESIS_WORKLOAD, stream(seed, "layout"))
     rng = stream(seed, "test")
     subs = [(rng.randrange(n), workload.subscription(rng)) for _ in range(n_subs)]

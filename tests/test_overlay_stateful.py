@@ -86,13 +86,25 @@ class OverlayMachine(RuleBasedStateMachine):
         lb=st.booleans(),
         partial=st.sampled_from(["strict", "lenient"]),
         hop_acks=st.booleans(),
+        probe=st.sampled_from(["unicast", "multicast"]),
+        delivery=st.sampled_from(["unicast", "lbdd"]),
     )
     def setup(
-        self, seed: int, n: int, cap: tuple[int, int], lb: bool, partial: str, hop_acks: bool
+        self,
+        seed: int,
+        n: int,
+        cap: tuple[int, int],
+        lb: bool,
+        partial: str,
+        hop_acks: bool,
+        probe: str,
+        delivery: str,
     ) -> None:
         n = min(n, self.max_nodes)
         self.schema = THESIS_SCHEMA.with_partial(partial)
-        config = OverlayConfig(load_balancing=lb)
+        config = OverlayConfig(
+            load_balancing=lb, probe=probe, delivery=delivery, lbdd_min_subscribers=2
+        )
         self.net = Net(n, seed, self.schema, capacity=cap, config=config, hop_acks=hop_acks)
         self.workload = Workload(self.schema, THESIS_WORKLOAD, stream(seed, "layout"))
 

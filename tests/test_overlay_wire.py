@@ -23,11 +23,15 @@ from pubsub.messages import (
     Event,
     EventDelivery,
     InstallAck,
+    LbddDelivery,
     LeafUpdate,
     Pred,
     ProbePub,
+    ProbePubMulticast,
     ProbeSub,
+    ProbeTarget,
     Ref,
+    Relay,
     StoredSub,
     TransferSub,
 )
@@ -37,7 +41,16 @@ from pubsub.space import TreeId
 from pubsub.subscription import where
 
 _BASE_EXAMPLES = settings().max_examples
-PUBSUB_TYPES = [ProbeSub, InstallAck, LeafUpdate, TransferSub, ProbePub, EventDelivery]
+PUBSUB_TYPES = [
+    ProbeSub,
+    InstallAck,
+    LeafUpdate,
+    TransferSub,
+    ProbePub,
+    EventDelivery,
+    ProbePubMulticast,
+    LbddDelivery,
+]
 
 # ------------------------------------------------------------------------------ strategies
 
@@ -78,6 +91,25 @@ STRATEGIES: dict[type[Message], st.SearchStrategy[Any]] = {
     ),
     ProbePub: st.builds(ProbePub, events, refs, depths, u63, st.booleans(), u8),
     EventDelivery: st.builds(EventDelivery, events, st.lists(u32, max_size=6)),
+    ProbePubMulticast: st.builds(
+        ProbePubMulticast,
+        events,
+        u8,
+        st.lists(
+            st.builds(ProbeTarget, u8, depths, u63, depths, u63, st.booleans(), u8),
+            min_size=1,
+            max_size=4,
+        ),
+    ),
+    LbddDelivery: st.builds(
+        LbddDelivery,
+        events,
+        st.lists(u32, max_size=4),
+        st.lists(
+            st.builds(Relay, handles, st.lists(u32, max_size=3), st.integers(-1, 0xFFFF)),
+            max_size=4,
+        ),
+    ),
 }
 any_pubsub = st.one_of(list(STRATEGIES.values()))
 
@@ -435,3 +467,44 @@ def test_a_peer_survives_a_storm_of_random_overlay_messages(
     net.publish(0, (125.0, 0.0, 1.0, 1.0))
     net.settle()
     assert all(isinstance(p, OverlayPeer) for p in net.peers)
+
+
+def test_inconsistent_multicast_probes_are_malformed(base_net: Net) -> None:
+    net = base_net
+    i, tid = leaf_and_host(net, internal=True)
+    good = Event(7, "thesis", [1.0, 2.0, 3.0, 4.0])
+    target = ProbeTarget(tid.attr, tid.depth, tid.path, tid.depth, tid.path, False, 0)
+    cases = [
+        ProbePubMulticast(Event(7, "nope", [1.0]), 1, [target]),
+        ProbePubMulticast(Event(7, "thesis", [math.nan] * 4), 1, [target]),
+        ProbePubMulticast(good, 1, [ProbeTarget(9, 0, 0, 0, 0, False, 0)]),  # no attribute
+        ProbePubMulticast(good, 1, [ProbeTarget(0, 2, 0b111, 2, 0b111, False, 0)]),  # path
+        ProbePubMulticast(good, 1, [ProbeTarget(0, 3, 0, 2, 0, False, 0)]),  # scope above
+    ]
+    for msg in cases:
+        assert malformed_delta(net, i, encode(msg), routed=False) == 1, msg
+    # Routed instead of sent point to point: the wrong channel.
+    assert malformed_delta(net, i, encode(ProbePubMulticast(good, 1, [target]))) == 1
+
+
+def test_a_multicast_probe_out_of_hop_budget_is_dropped(base_net: Net) -> None:
+    net = base_net
+    i, tid = leaf_and_host(net, internal=True)
+    target = ProbeTarget(tid.attr, tid.depth, tid.path, tid.depth, tid.path, False, 0)
+    msg = ProbePubMulticast(Event(7, "thesis", [1.0, 2.0, 3.0, 4.0]), 255, [target])
+    lost = net.peers[i].overlay.stats.lost
+    assert malformed_delta(net, i, encode(msg), routed=False) == 0
+    assert net.peers[i].overlay.stats.lost == lost + 1
+
+
+def test_lbdd_relay_lists_that_point_forward_are_malformed(base_net: Net) -> None:
+    net = base_net
+    ev = Event(8, "thesis", [1.0, 2.0, 3.0, 4.0])
+    h = net.net.peers[2].handle
+    cases = [
+        LbddDelivery(ev, [], [Relay(h, [1], 0)]),  # its own parent: a cycle
+        LbddDelivery(ev, [], [Relay(h, [1], -1), Relay(h, [1], 5)]),  # a later parent
+        LbddDelivery(ev, [], [Relay(Handle(b"abc", h.addr), [1], -1)]),  # 3-byte id
+    ]
+    for msg in cases:
+        assert malformed_delta(net, 1, encode(msg), routed=False) == 1, msg
