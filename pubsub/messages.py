@@ -171,6 +171,22 @@ class LbddDelivery(Message, tag=71):
     below: Annotated[list[Relay], msgspec.Meta(max_length=65535)]
 
 
+class Notify(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One subscriber of a ``DeliveryMulticast`` and its matched subscriptions."""
+
+    subscriber: Handle
+    sids: list[U32]
+
+
+class DeliveryMulticast(Message, tag=72):
+    """Notifications of one event grouped per next hop towards the subscribers' ids (the
+    prefix-grouped multicast used for delivery); each hop regroups."""
+
+    event: Event
+    hops: U8
+    targets: Annotated[list[Notify], msgspec.Meta(min_length=1, max_length=65535)]
+
+
 register(
     "pubsub",
     ProbeSub,
@@ -181,4 +197,5 @@ register(
     EventDelivery,
     ProbePubMulticast,
     LbddDelivery,
+    DeliveryMulticast,
 )

@@ -56,11 +56,13 @@ from multicast.prefix import split as split_keys
 from pubsub.messages import (
     OP_INSERT,
     OP_REMOVE,
+    DeliveryMulticast,
     Event,
     EventDelivery,
     InstallAck,
     LbddDelivery,
     LeafUpdate,
+    Notify,
     Pred,
     ProbePub,
     ProbePubMulticast,
@@ -107,8 +109,9 @@ class OverlayConfig:
     #: How probes travel: one ProbePub per target ("unicast", as the thesis' baseline) or
     #: grouped per next hop ("multicast", thesis 3.4.2).
     probe: str = "unicast"
-    #: How a leaf notifies matched subscribers: one EventDelivery each ("unicast"), or down an
-    #: LBDD tree in which subscribers relay ("lbdd").
+    #: How a leaf notifies matched subscribers: one EventDelivery each ("unicast"), grouped
+    #: per next hop towards their ids ("multicast"), or down an LBDD tree in which
+    #: subscribers relay ("lbdd").
     delivery: str = "unicast"
     #: Under "lbdd", a leaf with fewer matched subscribers than this still sends directly (a
     #: relay only pays off when the leaf would otherwise send many copies).
@@ -129,8 +132,10 @@ class OverlayConfig:
             raise LocalProtocolError("cutoff must be in (4 * widen, 1]")
         if self.probe not in ("unicast", "multicast"):
             raise LocalProtocolError(f"probe must be 'unicast' or 'multicast', not {self.probe!r}")
-        if self.delivery not in ("unicast", "lbdd"):
-            raise LocalProtocolError(f"delivery must be 'unicast' or 'lbdd', not {self.delivery!r}")
+        if self.delivery not in ("unicast", "multicast", "lbdd"):
+            raise LocalProtocolError(
+                f"delivery must be 'unicast', 'multicast' or 'lbdd', not {self.delivery!r}"
+            )
         if self.lbdd_min_subscribers < 2:
             raise LocalProtocolError("lbdd_min_subscribers must be >= 2")
 
@@ -690,6 +695,10 @@ class PubSubNode(Application):
         subscribers) down the LBDD tree rooted at this peer, each subscriber relaying to its
         share of the next bucket."""
         space = self.dht.space
+        if self.cfg.delivery == "multicast" and len(by_owner) > 1:
+            notes = [Notify(g[0].subscriber, [s.sid for s in g]) for g in by_owner.values()]
+            self._notify_multicast(event, notes, 0, now)
+            return
         if self.cfg.delivery != "lbdd" or len(by_owner) < self.cfg.lbdd_min_subscribers:
             for group in by_owner.values():
                 owner = Peer.from_handle(space, group[0].subscriber)
@@ -715,6 +724,31 @@ class PubSubNode(Application):
             ]
             owner = Peer.from_handle(space, relays[child].subscriber)
             self._send(owner, LbddDelivery(event, relays[child].sids, listed), now)
+
+    def _notify_multicast(self, event: Event, notes: list[Notify], hops: int, now: float) -> None:
+        space = self.dht.space
+        plan = split_keys(self.dht, [space.from_bytes(n.subscriber.id) for n in notes])
+        for group in plan.groups:
+            batch = [notes[i] for i in group.members]
+            self._send(group.next_hop, DeliveryMulticast(event, hops + 1, batch), now)
+        me = self.dht.me.handle.id
+        for i in plan.local:
+            if notes[i].subscriber.id == me:
+                self._on_delivery(EventDelivery(event, notes[i].sids), None, now)
+            else:  # the subscriber's id has another root: it has left the overlay
+                self.stats.drop("notification for a departed subscriber")
+
+    def _on_delivery_multicast(
+        self, msg: DeliveryMulticast, sender: Peer | None, now: float
+    ) -> None:
+        if msg.hops >= MULTICAST_MAX_HOPS:
+            self.stats.drop("multicast hop budget exhausted")
+            return
+        nbytes = self.dht.space.nbytes
+        for n in msg.targets:
+            if len(n.subscriber.id) != nbytes:
+                raise RemoteProtocolError("notification for a malformed subscriber id")
+        self._notify_multicast(msg.event, msg.targets, msg.hops, now)
 
     def _on_lbdd_delivery(self, msg: LbddDelivery, sender: Peer | None, now: float) -> None:
         """Take our notification and pass the event on to our children, each with its own
@@ -878,4 +912,5 @@ _DIRECT: dict[type[Message], _Handler] = {
     EventDelivery: PubSubNode._on_delivery,
     LbddDelivery: PubSubNode._on_lbdd_delivery,
     ProbePubMulticast: PubSubNode._on_multicast,
+    DeliveryMulticast: PubSubNode._on_delivery_multicast,
 }

@@ -253,10 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     thesis.add_argument(
         "--delivery",
-        choices=("unicast", "lbdd"),
+        choices=("unicast", "multicast", "lbdd"),
         default="unicast",
-        help="notifications: one message per matched subscriber, or down an LBDD tree in "
-        "which subscribers relay",
+        help="notifications: one message per matched subscriber, grouped per next hop towards "
+        "the subscribers' ids, or down an LBDD tree in which subscribers relay",
     )
     thesis.add_argument("--out", metavar="DIR", help="write summary.json into DIR")
     thesis.add_argument("--json", action="store_true", help="print one JSON object")

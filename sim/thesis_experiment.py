@@ -53,7 +53,7 @@ from sim.workload import THESIS_WORKLOAD, CsvEvents, Workload, default_params
 
 INSTALL_KINDS = ("ProbeSub", "InstallAck", "LeafUpdate", "TransferSub")
 PROBE_KINDS = ("ProbePub", "ProbePubMulticast")
-DELIVERY_KINDS = ("EventDelivery", "LbddDelivery")
+DELIVERY_KINDS = ("EventDelivery", "LbddDelivery", "DeliveryMulticast")
 #: Fields that depend on the machine, not on the seed.
 WALL_FIELDS = ("wall_s", "sim_messages_per_s", "wall_phases_s")
 

@@ -134,6 +134,7 @@ MODES = [
     ("multicast", "unicast"),
     ("unicast", "lbdd"),
     ("multicast", "lbdd"),
+    ("unicast", "multicast"),
 ]
 
 

@@ -87,7 +87,7 @@ class OverlayMachine(RuleBasedStateMachine):
         partial=st.sampled_from(["strict", "lenient"]),
         hop_acks=st.booleans(),
         probe=st.sampled_from(["unicast", "multicast"]),
-        delivery=st.sampled_from(["unicast", "lbdd"]),
+        delivery=st.sampled_from(["unicast", "multicast", "lbdd"]),
     )
     def setup(
         self,

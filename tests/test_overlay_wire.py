@@ -20,11 +20,13 @@ from dht.wire import WIRE_VERSION, Handle, Message, codec, decode, encode, regis
 from pubsub.messages import (
     OP_INSERT,
     OP_REMOVE,
+    DeliveryMulticast,
     Event,
     EventDelivery,
     InstallAck,
     LbddDelivery,
     LeafUpdate,
+    Notify,
     Pred,
     ProbePub,
     ProbePubMulticast,
@@ -50,6 +52,7 @@ PUBSUB_TYPES = [
     EventDelivery,
     ProbePubMulticast,
     LbddDelivery,
+    DeliveryMulticast,
 ]
 
 # ------------------------------------------------------------------------------ strategies
@@ -100,6 +103,12 @@ STRATEGIES: dict[type[Message], st.SearchStrategy[Any]] = {
             min_size=1,
             max_size=4,
         ),
+    ),
+    DeliveryMulticast: st.builds(
+        DeliveryMulticast,
+        events,
+        u8,
+        st.lists(st.builds(Notify, handles, st.lists(u32, max_size=3)), min_size=1, max_size=4),
     ),
     LbddDelivery: st.builds(
         LbddDelivery,
