@@ -17,6 +17,7 @@ from typing import Annotated
 
 import msgspec
 
+from dht.errors import LocalProtocolError
 from dht.wire import U8, U63, Handle, Message, register
 
 U16 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFF)]
@@ -130,17 +131,43 @@ class EventDelivery(Message, tag=69):
     sids: list[U32]
 
 
-class ProbeTarget(msgspec.Struct, frozen=True, array_like=True, gc=False):
+class ProbeTarget(msgspec.Struct, frozen=True, array_like=True, gc=False, omit_defaults=True):
     """One target of a ``ProbePubMulticast``: what a ``ProbePub`` would carry besides the event
-    (the schema is the event's)."""
+    (the schema is the event's). The scope is stored relative to the target (``below`` more
+    levels, ``below_path`` their bits), and trailing fields at their defaults are left off the
+    wire: a target whose scope is itself costs three or four small integers."""
 
     attr: U8
     depth: Depth
     path: U63
-    scope_depth: Depth
-    scope_path: U63
-    via_lrt: bool
-    jumps: U8
+    via_lrt: bool = False
+    jumps: U8 = 0
+    below: Depth = 0
+    below_path: U63 = 0
+
+    @classmethod
+    def make(
+        cls,
+        attr: int,
+        depth: int,
+        path: int,
+        scope_depth: int,
+        scope_path: int,
+        via_lrt: bool,
+        jumps: int,
+    ) -> ProbeTarget:
+        below = scope_depth - depth
+        if below < 0 or scope_path >> below != path:
+            raise LocalProtocolError("a probe's scope must lie at or below its target")
+        return cls(attr, depth, path, via_lrt, jumps, below, scope_path & ((1 << below) - 1))
+
+    @property
+    def scope_depth(self) -> int:
+        return self.depth + self.below
+
+    @property
+    def scope_path(self) -> int:
+        return (self.path << self.below) | self.below_path
 
 
 class ProbePubMulticast(Message, tag=70):

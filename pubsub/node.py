@@ -341,9 +341,7 @@ class PubSubNode(Application):
             space = self._space(schema.name, attr)
             cutoff = self._cutoff(space)
             for tid in self._select_zones(space, value, cutoff):
-                targets.append(
-                    ProbeTarget(attr, tid.depth, tid.path, tid.depth, tid.path, False, 0)
-                )
+                targets.append(ProbeTarget(attr, tid.depth, tid.path))
         self._probe_out(event, targets, 0, now)
         return eid
 
@@ -628,7 +626,7 @@ class PubSubNode(Application):
         for leaf in node.table.overlapping(space, scope, value, cutoff):
             inner = leaf if scope.is_ancestor_of(leaf) else scope
             targets.append(
-                ProbeTarget(
+                ProbeTarget.make(
                     leaf.attr, leaf.depth, leaf.path, inner.depth, inner.path, True, msg.jumps
                 )
             )
@@ -680,8 +678,8 @@ class PubSubNode(Application):
         for t in msg.targets:
             try:
                 self._resolve(Ref(event.schema, t.attr, t.depth, t.path))
-                if t.scope_depth < t.depth or t.scope_path >> t.scope_depth:
-                    raise RemoteProtocolError("multicast target scope above its target")
+                if t.scope_depth > MAX_DEPTH or t.below_path >> t.below:
+                    raise RemoteProtocolError("multicast target scope malformed")
             except RemoteProtocolError as exc:
                 self.stats.malformed += 1
                 log.debug("dropped bad multicast target: %s", exc)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from overlay_harness import Net
 
 import pubsub.messages  # registers the overlay's message types
-from dht.errors import WireError
+from dht.errors import LocalProtocolError, WireError
 from dht.messages import Direct, Ping, Route
 from dht.wire import WIRE_VERSION, Handle, Message, codec, decode, encode, registered
 from pubsub.messages import (
@@ -99,7 +99,7 @@ STRATEGIES: dict[type[Message], st.SearchStrategy[Any]] = {
         events,
         u8,
         st.lists(
-            st.builds(ProbeTarget, u8, depths, u63, depths, u63, st.booleans(), u8),
+            st.builds(ProbeTarget, u8, depths, u63, st.booleans(), u8, depths, u63),
             min_size=1,
             max_size=4,
         ),
@@ -482,13 +482,14 @@ def test_inconsistent_multicast_probes_are_malformed(base_net: Net) -> None:
     net = base_net
     i, tid = leaf_and_host(net, internal=True)
     good = Event(7, "thesis", [1.0, 2.0, 3.0, 4.0])
-    target = ProbeTarget(tid.attr, tid.depth, tid.path, tid.depth, tid.path, False, 0)
+    target = ProbeTarget(tid.attr, tid.depth, tid.path)
     cases = [
         ProbePubMulticast(Event(7, "nope", [1.0]), 1, [target]),
         ProbePubMulticast(Event(7, "thesis", [math.nan] * 4), 1, [target]),
-        ProbePubMulticast(good, 1, [ProbeTarget(9, 0, 0, 0, 0, False, 0)]),  # no attribute
-        ProbePubMulticast(good, 1, [ProbeTarget(0, 2, 0b111, 2, 0b111, False, 0)]),  # path
-        ProbePubMulticast(good, 1, [ProbeTarget(0, 3, 0, 2, 0, False, 0)]),  # scope above
+        ProbePubMulticast(good, 1, [ProbeTarget(9, 0, 0)]),  # no attribute
+        ProbePubMulticast(good, 1, [ProbeTarget(0, 2, 0b111)]),  # path longer than depth
+        ProbePubMulticast(good, 1, [ProbeTarget(0, 2, 0, False, 0, 1, 0b10)]),  # scope bits
+        ProbePubMulticast(good, 1, [ProbeTarget(0, 40, 0, False, 0, 22, 0)]),  # too deep
     ]
     for msg in cases:
         assert malformed_delta(net, i, encode(msg), routed=False) == 1, msg
@@ -499,7 +500,7 @@ def test_inconsistent_multicast_probes_are_malformed(base_net: Net) -> None:
 def test_a_multicast_probe_out_of_hop_budget_is_dropped(base_net: Net) -> None:
     net = base_net
     i, tid = leaf_and_host(net, internal=True)
-    target = ProbeTarget(tid.attr, tid.depth, tid.path, tid.depth, tid.path, False, 0)
+    target = ProbeTarget(tid.attr, tid.depth, tid.path)
     msg = ProbePubMulticast(Event(7, "thesis", [1.0, 2.0, 3.0, 4.0]), 255, [target])
     lost = net.peers[i].overlay.stats.lost
     assert malformed_delta(net, i, encode(msg), routed=False) == 0
@@ -517,3 +518,28 @@ def test_lbdd_relay_lists_that_point_forward_are_malformed(base_net: Net) -> Non
     ]
     for msg in cases:
         assert malformed_delta(net, 1, encode(msg), routed=False) == 1, msg
+
+
+@given(
+    depth=st.integers(0, 30),
+    below=st.integers(0, 30),
+    data=st.data(),
+    via_lrt=st.booleans(),
+    jumps=u8,
+)
+def test_a_multicast_target_keeps_its_scope_through_the_codec(
+    depth: int, below: int, data: st.DataObject, via_lrt: bool, jumps: int
+) -> None:
+    path = data.draw(st.integers(0, (1 << depth) - 1))
+    low = data.draw(st.integers(0, (1 << below) - 1))
+    scope_path = (path << below) | low
+    t = ProbeTarget.make(0, depth, path, depth + below, scope_path, via_lrt, jumps)
+    back = decode(encode(ProbePubMulticast(Event(1, "thesis", [1.0]), 1, [t]))).targets[0]
+    assert (back.scope_depth, back.scope_path, back.via_lrt, back.jumps) == (
+        depth + below,
+        scope_path,
+        via_lrt,
+        jumps,
+    )
+    with pytest.raises(LocalProtocolError):
+        ProbeTarget.make(0, depth + 1, 0, depth, 0, False, 0)
