@@ -29,8 +29,10 @@ the same tree; a receiver whose digest equals the source's counts as bucket 1.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dht.errors import LocalProtocolError
 
@@ -123,7 +125,7 @@ def build_tree(
     source_children: tuple[int, ...] = ()
     if order:
         source_children = tuple(by_bucket[order[0]])
-        for lower, upper in zip(order, order[1:], strict=False):
+        for lower, upper in itertools.pairwise(order):
             senders, targets = by_bucket[lower], by_bucket[upper]
             for sender, share in zip(senders, shares(len(senders), len(targets)), strict=True):
                 for t in share:
@@ -140,3 +142,44 @@ def build_tree(
 
 def _key(addr: bytes | str) -> bytes:
     return addr.encode() if isinstance(addr, str) else addr
+
+
+def check_views(
+    source: bytes | str,
+    parent: Mapping[Any, Any],
+    children: Mapping[Any, Sequence[Any]],
+) -> tuple[list[str], int]:
+    """Check a tree given as the nodes' own views, from outside: ``parent[r]`` is what receiver
+    ``r`` takes as its parent (None: none), ``children[x]`` whom node ``x`` (the source and the
+    receivers) sends to. Valid when every receiver has exactly one parent, the source or another
+    receiver, that lists it as a child (and no node lists a child that does not take it as
+    parent), and every receiver is reached from the source exactly once, hence no cycle.
+    Returns (problems, depth in edges); no problems means valid."""
+    problems: list[str] = []
+    for r, p in parent.items():
+        if p is None:
+            problems.append(f"receiver {r!r} has no parent")
+        elif p == r or (p != source and p not in parent):
+            problems.append(f"receiver {r!r} has parent {p!r}, not the source or a receiver")
+    for x, kids in children.items():
+        for c in kids:
+            if parent.get(c) != x:
+                problems.append(f"{x!r} sends to {c!r}, which does not take it as its parent")
+    seen = {source}
+    frontier = [source]
+    depth = 0
+    while frontier:
+        nxt = []
+        for x in frontier:
+            for c in children.get(x, ()):
+                if c in seen:
+                    problems.append(f"{c!r} is reached twice")
+                    continue
+                seen.add(c)
+                nxt.append(c)
+        depth += 1 if nxt else 0
+        frontier = nxt
+    missed = [r for r in parent if r not in seen]
+    if missed:
+        problems.append(f"{len(missed)} receivers are not reached from the source")
+    return problems, depth
