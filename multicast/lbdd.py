@@ -20,7 +20,15 @@ is about 2. Each member computes the tree locally from the member list: no tree 
 non-empty one adds a level of depth with out-degree 1: a store-and-forward hop that spreads no
 load. Those sparse buckets are merged into one (bucket ``m0 - 1``), which bounds the depth by
 ``floor(log2 n) + 1`` (9 for n = 500, as the paper's Table 1) and leaves the source about two
-copies to send. ``near_bucket=False`` gives the paper's rule exactly.
+copies to send.
+
+Widening (also part of ``near_bucket``): digests are uniform only on average, and with the
+paper's rule one member of a small bucket may have to send a whole large next bucket (out-degrees
+up to 24 in our sweeps), which sets the transfer's time. A bucket more than twice the size of
+its senders also draws senders from earlier buckets, then from the source, then from its own
+first members in rounds, within the depth bound (``_widened_pool``, ``_widened_shares``). This
+keeps the busiest member at 3 copies or fewer in nearly every draw. ``near_bucket=False`` gives
+the paper's rule exactly.
 
 Ties (two receivers with the same digest) are broken by address so that every member computes
 the same tree; a receiver whose digest equals the source's counts as bucket 1.
@@ -29,6 +37,7 @@ the same tree; a receiver whose digest equals the source's counts as bucket 1.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -121,23 +130,91 @@ def build_tree(
     for b in order:
         by_bucket[b].sort(key=lambda i: (digests[i], _key(members[i])))
     parent = [SOURCE] * n
-    children: list[list[int]] = [[] for _ in range(n)]
-    source_children: tuple[int, ...] = ()
+    # One list per member plus the source's last, so that children[SOURCE] is the source's; the
+    # same for level (edges from the source).
+    children: list[list[int]] = [[] for _ in range(n + 1)]
+    level = [0] * (n + 1)
     if order:
-        source_children = tuple(by_bucket[order[0]])
-        for lower, upper in itertools.pairwise(order):
+        children[SOURCE].extend(by_bucket[order[0]])
+        for m in by_bucket[order[0]]:
+            level[m] = 1
+        # Depth bound: one level per non-empty bucket, which the near-bucket merge keeps at
+        # floor(log2 n) + 1; widening never goes beyond it.
+        bound = max(len(order), n.bit_length())
+        for k, (lower, upper) in enumerate(itertools.pairwise(order)):
             senders, targets = by_bucket[lower], by_bucket[upper]
+            if near_bucket and len(targets) > 2 * len(senders):
+                budget = bound - (len(order) - k - 2)
+                pool = _widened_pool(senders, len(targets), order[:k], by_bucket)
+                _widened_shares(pool, targets, budget, parent, children, level)
+                continue
             for sender, share in zip(senders, shares(len(senders), len(targets)), strict=True):
                 for t in share:
                     parent[targets[t]] = sender
                     children[sender].append(targets[t])
+                    level[targets[t]] = level[sender] + 1
+    source_children = tuple(children.pop())
+    level.pop()
     return LbddTree(
         parent=tuple(parent),
         children=tuple(tuple(c) for c in children),
         source_children=source_children,
         bucket=tuple(buckets),
-        depth=len(order),
+        depth=max(level, default=0),
     )
+
+
+def _widened_pool(
+    senders: list[int], targets: int, earlier: Sequence[int], by_bucket: Mapping[int, list[int]]
+) -> list[int]:
+    """Senders for a bucket that outnumbers its own senders more than two to one.
+
+    Digests are uniform only on average: with few receivers a bucket can hold two members and
+    the next nine, and the paper's rule makes each of those two send four or five copies, which
+    sets the whole transfer's time. Members of earlier buckets have the data no later than
+    ``senders``, so they join the pool (nearest bucket first) until it holds half as many
+    members as there are targets. If even all of them are too few (typically one member in the
+    first bucket and three in the next), the source joins too, with the copies it already
+    sends."""
+    pool = list(senders)
+    for b in reversed(earlier):
+        if 2 * len(pool) >= targets:
+            break
+        pool.extend(by_bucket[b])
+    if 2 * len(pool) < targets:
+        pool.append(SOURCE)
+    return pool
+
+
+def _widened_shares(
+    pool: list[int],
+    targets: list[int],
+    budget: int,
+    parent: list[int],
+    children: list[list[int]],
+    level: list[int],
+) -> None:
+    """Spread ``targets`` (in rank order) over ``pool``: each goes to the pool member with the
+    fewest children so far (ties by pool order). While the pool is smaller than half the
+    targets, the bucket is served in rounds: the pool serves the next ``2 * len(pool)``
+    targets, which then join the pool for the rest, as long as their own children stay within
+    ``budget`` levels. A parent always precedes its child in (bucket, round, rank) order, so the
+    result is still a tree, no deeper than the bound."""
+    heap = [(len(children[m]), rank, m) for rank, m in enumerate(pool)]
+    heapq.heapify(heap)
+    start = 0
+    while start < len(targets):
+        batch = targets[start : start + 2 * len(heap)]
+        start += len(batch)
+        for t in batch:
+            load, rank, m = heapq.heappop(heap)
+            parent[t] = m
+            children[m].append(t)
+            level[t] = level[m] + 1
+            heapq.heappush(heap, (load + 1, rank, m))
+        for t in batch:
+            if level[t] < budget:
+                heapq.heappush(heap, (0, len(heap), t))
 
 
 def _key(addr: bytes | str) -> bytes:
