@@ -7,7 +7,6 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from dht.errors import RangecastError
@@ -27,7 +26,12 @@ def _route(args: argparse.Namespace) -> int:
         lookup_rate_per_s=args.lookup_rate,
         loss=args.loss,
     )
-    result = run_route(params, progress=None if args.quiet else _stderr_progress("route"))
+    result = run_route(
+        params,
+        progress=None if args.quiet else _stderr_progress("route"),
+        out=args.out,
+        force=args.force,
+    )
     _emit(result, args.json, _print_route_summary)
     return 0
 
@@ -55,11 +59,12 @@ def _thesis(args: argparse.Namespace) -> int:
             delivery=args.delivery,
         ),
     )
-    result = run_thesis(params, progress=None if args.quiet else _stderr_progress("thesis"))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(result, sort_keys=True, indent=1))
+    result = run_thesis(
+        params,
+        progress=None if args.quiet else _stderr_progress("thesis"),
+        out=args.out,
+        force=args.force,
+    )
     _emit(result, args.json, _print_thesis_summary)
     return 0 if result["missed"] == result["duplicates"] == result["false_positives"] == 0 else 1
 
@@ -154,6 +159,17 @@ def _version() -> str:
         return "unknown"
 
 
+def _add_out(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write the run log (Parquet, docs/run-logs.md) into DIR for 'rangecast report'",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace a run log already in the --out DIR"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rangecast",
@@ -197,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="lookups injected per simulated second (Poisson)",
     )
     route.add_argument("--loss", type=float, default=0.0, help="message loss probability")
+    _add_out(route)
     route.add_argument("--json", action="store_true", help="print one JSON object")
     route.add_argument("--quiet", action="store_true", help="no progress on stderr")
     route.set_defaults(func=_route)
@@ -258,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="notifications: one message per matched subscriber, grouped per next hop towards "
         "the subscribers' ids, or down an LBDD tree in which subscribers relay",
     )
-    thesis.add_argument("--out", metavar="DIR", help="write summary.json into DIR")
+    _add_out(thesis)
     thesis.add_argument("--json", action="store_true", help="print one JSON object")
     thesis.add_argument("--quiet", action="store_true", help="no progress on stderr")
     thesis.set_defaults(func=_thesis)

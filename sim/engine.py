@@ -61,6 +61,7 @@ def sim_addr(index: int) -> bytes:
 
 @dataclass(slots=True)
 class TypeCount:
+    name: str = ""
     messages: int = 0
     bytes: int = 0
     #: Bytes sent by each node.
@@ -135,6 +136,9 @@ class Simulator:
         #: every input: (node index, events).
         self.on_events: Callable[[int, list[Any]], None] | None = None
         self._take_events: list[Callable[[], list[Any]] | None] = []
+        #: Run log hook (``sim.runlog.MessageLog.record``): every charged message, with whether
+        #: the network dropped it. None (the default) costs one check per message.
+        self.message_log: Callable[[float, int, int, str, int, Any, bool], None] | None = None
 
     # ----------------------------------------------------------------------------- topology
 
@@ -255,7 +259,7 @@ class Simulator:
             name = kind.__name__
         tc = self.stats.by_type.get(name)
         if tc is None:
-            tc = self.stats.by_type[name] = TypeCount(per_node=[0] * len(self.cores))
+            tc = self.stats.by_type[name] = TypeCount(name=name, per_node=[0] * len(self.cores))
         return tc
 
     def _flush(self, i: int) -> None:
@@ -272,6 +276,7 @@ class Simulator:
             q = self._q
             uplink = self.uplink_bps
             loss = self.loss
+            log = self.message_log
             nbytes = 0
             for addr, msg in out:
                 size = size_of(msg)
@@ -290,6 +295,8 @@ class Simulator:
                 dst = index_of.get(addr)
                 if dst is None:
                     stats.unknown_addr += 1
+                    if log is not None:
+                        log(now, i, -1, tc.name, size, msg, True)
                     continue
                 depart = now
                 if uplink is not None and uplink[i] != _INF:
@@ -297,7 +304,11 @@ class Simulator:
                     self._uplink_free[i] = depart
                 if loss and self._rng.random() < loss:
                     stats.lost += 1
+                    if log is not None:
+                        log(now, i, dst, tc.name, size, msg, True)
                     continue
+                if log is not None:
+                    log(now, i, dst, tc.name, size, msg, False)
                 self._seq += 1
                 heapq.heappush(q, (depart + one_way(i, dst) * 0.001, self._seq, _MSG, dst, i, msg))
             stats.sent_messages[i] += len(out)

@@ -35,7 +35,8 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from dht.errors import LocalProtocolError
@@ -43,6 +44,7 @@ from dht.node import PastryConfig, PastryNode
 from multicast.lbdd import SOURCE, bucket_of, build_tree, check_views, digest, near_floor
 from multicast.messages import MAX_SLICE_BYTES, MAX_SLICES, MODE_LBDD, MODE_LBDD_PAPER, MODE_STAR
 from multicast.topic import PublicationComplete, SliceDelivered, TopicConfig, TopicPeer
+from sim import runlog
 from sim.engine import PORT, Simulator, print_progress
 from sim.latency import LatencyModel, latency_model
 from sim.overlay import PastryOverlay
@@ -343,8 +345,17 @@ def _transfer(
     }
 
 
-def run_lbdd(params: LbddParams, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_lbdd(
+    params: LbddParams,
+    progress: Callable[[str], None] | None = None,
+    out: Path | str | None = None,
+    *,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Run the topic experiment; with ``out``, also write the run log of the LBDD network (the
+    point-to-point baseline is a separate network and is not logged) there."""
     params.check()
+    out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
     wall0 = time.perf_counter()
     say = progress or (lambda _msg: None)
     phases: dict[str, float] = {}
@@ -352,6 +363,9 @@ def run_lbdd(params: LbddParams, progress: Callable[[str], None] | None = None) 
     mode = params.mode
 
     net = _Net(params, progress is not None)
+    messages_log = runlog.MessageLog(out_dir / "messages.parquet") if out_dir else None
+    if messages_log is not None:
+        net.sim.message_log = messages_log.record
     say(f"{n} subscribers + 1 publisher placed ({net.model.name}); joining the topic")
     if params.data_bytes:
         net.set_uplinks(params.uplink_mbps)
@@ -462,6 +476,8 @@ def run_lbdd(params: LbddParams, progress: Callable[[str], None] | None = None) 
         if params.data_bytes and params.p2p:
             mark = time.perf_counter()
             say("point-to-point baseline: same network, the publisher sends every copy")
+            if messages_log is not None:
+                net.sim.message_log = None
             p2p_net = _Net(params, progress is not None)
             p2p_net.set_uplinks(params.uplink_mbps)
             p2p_net.join()
@@ -478,6 +494,10 @@ def run_lbdd(params: LbddParams, progress: Callable[[str], None] | None = None) 
     result["ok"] = bool(ok)
     result["wall_phases_s"] = phases
     result["wall_s"] = time.perf_counter() - wall0
+    if out_dir is not None and messages_log is not None:
+        messages_log.close()
+        runlog.write_nodes(out_dir, net.sim)
+        runlog.write_run(out_dir, "lbdd", {**asdict(params), "scenario": "lbdd"}, result)
     return result
 
 
@@ -499,7 +519,12 @@ def _lbdd_cmd(args: argparse.Namespace) -> int:
         window_slices=args.window,
         p2p=not args.no_p2p,
     )
-    result = run_lbdd(params, progress=None if args.quiet else _stderr_progress("lbdd"))
+    result = run_lbdd(
+        params,
+        progress=None if args.quiet else _stderr_progress("lbdd"),
+        out=args.out,
+        force=args.force,
+    )
     _emit(result, args.json, _print_summary)
     return 0 if result["ok"] else 1
 
@@ -567,6 +592,9 @@ def add_lbdd_parser(sims: argparse._SubParsersAction) -> None:  # type: ignore[t
     )
     p.add_argument("--window", type=int, default=64, help="slices a node may have unacknowledged")
     p.add_argument("--no-p2p", action="store_true", help="skip the point-to-point baseline")
+    from sim.cli import _add_out
+
+    _add_out(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_lbdd_cmd)

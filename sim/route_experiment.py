@@ -13,12 +13,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from dht.errors import LocalProtocolError
 from dht.node import Application, PastryConfig
 from dht.routing import Peer
+from sim import runlog
 from sim.engine import Simulator, print_progress
 from sim.latency import latency_model
 from sim.overlay import PastryOverlay
@@ -88,8 +90,16 @@ class _LookupLog:
             self.sim.stop()
 
 
-def run_route(params: RouteParams, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_route(
+    params: RouteParams,
+    progress: Callable[[str], None] | None = None,
+    out: Path | str | None = None,
+    *,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Run the lookups; with ``out``, also write the run log there (docs/run-logs.md)."""
     params.check()
+    out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
     wall0 = time.perf_counter()
     say = progress or (lambda _msg: None)
     model = latency_model(params.latency, params.seed)
@@ -100,6 +110,9 @@ def run_route(params: RouteParams, progress: Callable[[str], None] | None = None
         progress=print_progress("route") if progress else None,
     )
     log = _LookupLog(sim)
+    messages_log = runlog.MessageLog(out_dir / "messages.parquet") if out_dir else None
+    if messages_log is not None:
+        sim.message_log = messages_log.record
     overlay = PastryOverlay(
         sim, params.seed, config=PastryConfig(), app_factory=lambda i: _Recorder(i, log)
     )
@@ -188,6 +201,10 @@ def run_route(params: RouteParams, progress: Callable[[str], None] | None = None
         "messages_by_type": sim.stats.types_json(),
         **result,
     }
+    if out_dir is not None and messages_log is not None:
+        messages_log.close()
+        runlog.write_nodes(out_dir, sim)
+        runlog.write_run(out_dir, "route", {**asdict(params), "scenario": "route"}, result)
     return result
 
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,7 @@ from pubsub.node import (
 from pubsub.peer import OverlayPeer
 from pubsub.schema import THESIS_SCHEMA, Schema, SchemaRegistry
 from pubsub.subscription import Subscription
+from sim import runlog
 from sim.engine import Simulator, print_progress
 from sim.latency import latency_model
 from sim.overlay import PastryOverlay
@@ -172,6 +174,8 @@ class _Collector:
         #: Per event: first receipt time of each (subscriber index, sid); repeats are counted.
         self.received: dict[int, dict[tuple[int, int], float]] = {}
         self.repeats = 0
+        #: Receipts beyond the first per (eid, subscriber index, sid); only the run log needs them.
+        self.extra: dict[tuple[int, int, int], int] = {}
         self.expect_installs = 0
         self.sim: Simulator | None = None
 
@@ -186,6 +190,8 @@ class _Collector:
                     key = (i, sid)
                     if key in received:
                         self.repeats += 1
+                        k3 = (eid, i, sid)
+                        self.extra[k3] = self.extra.get(k3, 0) + 1
                     else:
                         received[key] = ev.now
             elif isinstance(ev, PieceStored):
@@ -200,9 +206,15 @@ class _Collector:
 
 
 def run_thesis(
-    params: ThesisParams, progress: Callable[[str], None] | None = None
+    params: ThesisParams,
+    progress: Callable[[str], None] | None = None,
+    out: Path | str | None = None,
+    *,
+    force: bool = False,
 ) -> dict[str, Any]:
+    """Run the experiment; with ``out``, also write its run log there (docs/run-logs.md)."""
     params.check()
+    out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
     wall0 = time.perf_counter()
     say = progress or (lambda _m: None)
     seed = params.seed
@@ -228,8 +240,11 @@ def run_thesis(
     proto_rng = stream(seed, "overlay")
     overlay_cfg = replace(params.overlay, load_balancing=params.lb)
 
+    capacities: list[int] = []
+
     def make_core(i: int, node: PastryNode) -> OverlayPeer:
         cap = cap_rng.randint(*params.capacity)
+        capacities.append(cap)
         return OverlayPeer(node, schemas=registry, capacity=cap, rng=proto_rng, overlay=overlay_cfg)
 
     # No churn in this experiment: leaf-set keep-alives and hop acknowledgements would only
@@ -244,6 +259,11 @@ def run_thesis(
     collector = _Collector(index_of_id)
     collector.sim = sim
     sim.on_events = collector
+    messages_log = None
+    trees = runlog.TreeSnapshots()
+    if out_dir is not None:
+        messages_log = runlog.MessageLog(out_dir / "messages.parquet")
+        sim.message_log = messages_log.record
     phases = {"setup": time.perf_counter() - wall0}
     say(
         f"{params.nodes} nodes ({model.name}); schema {schema.name} ({schema.partial}); "
@@ -279,6 +299,8 @@ def run_thesis(
     # Let the last splits' transfers and leaf-table updates land before publishing.
     sim.run(until=sim.now + 60.0)
     phases["install"] = time.perf_counter() - mark
+    if out_dir is not None:
+        trees.take("installed", (p.overlay for p in peers))
     install_messages = sim.stats.messages
 
     # ---- stage 2: events
@@ -291,11 +313,13 @@ def run_thesis(
         event_values = [workload.event(pub_rng) for _ in range(params.events)]
     expected: dict[int, list[tuple[int, int]]] = {}
     published: dict[int, float] = {}
+    publisher: dict[int, int] = {}
 
     def do_publish(k: int, i: int) -> None:
         values = event_values[k]
         eid = peers[i].overlay.publish(schema.name, values, sim.now)
         published[eid] = sim.now
+        publisher[eid] = i
         expected[eid] = [owners[j] for j in oracle.matches(values)]
         sim.poke(i)
 
@@ -361,7 +385,7 @@ def run_thesis(
     inst = _summary(install_lat)
     deliv = _summary(delivery_lat, with_max=True)
     sim_messages = sim.stats.messages
-    return {
+    result = {
         "nodes": params.nodes,
         "subscriptions": n_subs,
         "installed": installed,
@@ -399,3 +423,17 @@ def run_thesis(
         "sim_messages_per_s": sim_messages / wall if wall > 0 else 0.0,
         "wall_phases_s": phases,
     }
+    if out_dir is not None and messages_log is not None:
+        say(f"writing the run log to {out_dir}")
+        messages_log.close()
+        sim.message_log = None
+        runlog.write_nodes(out_dir, sim, capacities)
+        runlog.write_installs(out_dir, called, collector.stored)
+        copies = {k: 1 + n for k, n in collector.extra.items()}
+        runlog.write_deliveries(out_dir, expected, publisher, published, collector.received, copies)
+        trees.take("end", (p.overlay for p in peers))
+        trees.write(out_dir)
+        logged = asdict(params)
+        logged.update(probe=overlay_cfg.probe, delivery=overlay_cfg.delivery, scenario="thesis")
+        runlog.write_run(out_dir, "thesis", logged, result)
+    return result
