@@ -6,9 +6,12 @@ BIN    := $(VENV)/bin
 .PHONY: demo test test-all lint bench clean
 
 # The main job: the thesis experiment (1,000 peers, 5,000 subscriptions, 10,000 events), every
-# delivery checked by a brute-force oracle, with its summary next to the thesis' figures.
+# delivery checked by a brute-force oracle, with its summary next to the thesis' figures; then
+# its run log summarised by Spark (local mode) into an HTML report with the thesis' figures.
+DEMO := runs/thesis-seed1
 demo: $(VENV)/.installed
-	$(BIN)/rangecast sim run thesis --seed 1
+	$(BIN)/rangecast sim run thesis --seed 1 --out $(DEMO) --force
+	$(BIN)/rangecast report $(DEMO) --out-dir $(DEMO)/report
 
 # The tests CI runs: the fast suite (slow scenario tests are marked and skipped) and the linter.
 test: $(VENV)/.installed-test
@@ -31,11 +34,11 @@ $(VENV)/bin/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e '.[spark]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,spark]'
 	touch $@ $(VENV)/.installed
 
 clean:

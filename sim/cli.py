@@ -179,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sim = top.add_parser("sim", help="run a simulated experiment")
     sims = sim.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
+    from sim.report.cli import add_report_parser
+
+    add_report_parser(top)
 
     route = sims.add_parser(
         "route",
@@ -250,7 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     thesis.add_argument("--missing", type=float, help="value marking an absent CSV cell")
     thesis.add_argument(
-        "--latency", default="synthetic", help="'synthetic' or the path of a square RTT matrix (ms)"
+        "--latency",
+        default="synthetic",
+        help="'synthetic', 'planetlab' (the measured 490-host matrix shipped with Rangecast) or "
+        "the path of a square RTT matrix (ms)",
     )
     thesis.add_argument("--min-level", type=int, default=3, help="RndRegionProbe min level")
     thesis.add_argument("--max-level", type=int, default=10, help="RndRegionProbe max level")
@@ -281,8 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
     thesis.set_defaults(func=_thesis)
 
     from sim.lbdd_experiment import add_lbdd_parser
+    from sim.sweep import add_sweep_parser
 
     add_lbdd_parser(sims)
+    add_sweep_parser(sims)
     return parser
 
 

@@ -6,7 +6,8 @@ onto underlying *hosts* and answers "how long does a message from node ``a`` tak
 
 ``MatrixLatency`` ("matrix:<filename>")
     Replays a measured all-pairs RTT matrix, e.g. the 490-host PlanetLab slice
-    ``shared/data/planetlab490_rtt_ms_slice1.txt`` (mean off-diagonal RTT 146.84 ms).
+    ``shared/data/planetlab490_rtt_ms_slice1.txt`` (mean off-diagonal RTT 146.84 ms), which is
+    also shipped in the package (``sim/data/``) and named by the spec ``"planetlab"``.
     One-way delay is half the RTT between the two nodes' hosts. Nodes are assigned to hosts
     uniformly at random with the rng given to ``place()``, so an overlay may have more nodes than
     the matrix has hosts. Two *distinct* nodes that land on the same host get ``same_host_ms``
@@ -63,6 +64,7 @@ from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from itertools import repeat
 from pathlib import Path
 from typing import Any, Self
@@ -72,6 +74,7 @@ from dht.errors import RangecastError
 __all__ = [
     "DEFAULT_CLUSTERS",
     "DEFAULT_SAME_HOST_MS",
+    "NAMED_MATRICES",
     "PLANETLAB_MEAN_RTT_MS",
     "Cluster",
     "LatencyModel",
@@ -622,22 +625,34 @@ class SyntheticLatency(LatencyModel):
         }
 
 
+#: Named measured matrices shipped as package data (``sim/data/``, provenance in its README), so
+#: that they work on a fresh clone or an installed wheel, without ``shared/``.
+NAMED_MATRICES = {"planetlab": "planetlab490_rtt_ms_slice1.txt"}
+
+
 def latency_model(spec: str, seed: int) -> LatencyModel:
-    """Build a model from a spec: ``"synthetic"``, or a path to an RTT matrix file.
+    """Build a model from a spec: ``"synthetic"``, ``"planetlab"`` (the measured 490-host matrix
+    shipped in ``sim/data/``), or a path to an RTT matrix file.
 
     A ``matrix:`` prefix on the path is accepted and stripped, so a model's ``name`` for a file in
     the working directory round-trips.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise LatencyModelError(
-            f"latency model spec must be 'synthetic' or a path to an RTT matrix file, got {spec!r}"
+            "latency model spec must be 'synthetic', 'planetlab' or a path to an RTT matrix file, "
+            f"got {spec!r}"
         )
     if spec == "synthetic":
         return SyntheticLatency(seed)
+    if spec in NAMED_MATRICES:
+        # as_file: a real path even if the package is ever imported from a zip.
+        resource = resources.files("sim") / "data" / NAMED_MATRICES[spec]
+        with resources.as_file(resource) as path:
+            return MatrixLatency.load(path)
     path = spec.removeprefix("matrix:")
     if not Path(path).is_file():
         raise LatencyModelError(
-            f"unknown latency model {spec!r}: expected 'synthetic' or a path to an RTT matrix "
-            f"file, and {path!r} is not a file"
+            f"unknown latency model {spec!r}: expected 'synthetic', 'planetlab' or a path to an "
+            f"RTT matrix file, and {path!r} is not a file"
         )
     return MatrixLatency.load(path)

@@ -1,0 +1,21 @@
+"""Parameter sweeps: a TOML plan of scenarios x parameters x seeds, run as independent simulator
+runs in local processes or as Spark tasks, collected into one table and one report.
+
+``plan`` reads and checks plans, ``runs`` runs them (one run; the local process pool),
+``spark`` runs them on Spark, ``table`` collects the results, ``command`` is ``rangecast sim
+sweep``. docs/sweeps.md describes the plan format and what a sweep produces.
+"""
+
+from sim.sweep.command import SweepResult, add_sweep_parser, run_sweep
+from sim.sweep.plan import Plan, PlanError, RunSpec, load_plan, parse_plan
+
+__all__ = [
+    "Plan",
+    "PlanError",
+    "RunSpec",
+    "SweepResult",
+    "add_sweep_parser",
+    "load_plan",
+    "parse_plan",
+    "run_sweep",
+]

@@ -1,0 +1,330 @@
+"""Sweep plans: a TOML file naming a scenario, parameter values and seeds (docs/sweeps.md).
+
+A plan expands into independent runs, one per (grid combination, seed), in a fixed order: the
+cartesian product of ``[grid]`` in the order its keys are written (the last key varies fastest),
+each with every seed. That order numbers the runs and their directories, so a plan always gives
+the same runs whatever executes them.
+
+Everything is checked before any run starts, naming the plan file and the key, and every
+combination's parameters are built once (``ThesisParams.check``, ``OverlayConfig``'s own checks),
+so a typo or an impossible value fails in a second instead of an hour into a sweep.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from dht.errors import RangecastError
+from pubsub.node import OverlayConfig
+from sim.latency import NAMED_MATRICES
+from sim.thesis_experiment import ThesisParams
+
+TOP_KEYS = ("name", "description", "scenario", "seeds", "base", "grid")
+SCENARIOS = ("thesis",)
+#: ThesisParams fields a plan may set; ``seed`` comes from ``seeds`` and ``overlay`` is spread
+#: out into the OverlayConfig keys below.
+THESIS_KEYS: dict[str, Any] = {
+    k: v for k, v in typing.get_type_hints(ThesisParams).items() if k not in ("seed", "overlay")
+}
+#: OverlayConfig fields a plan may set; ``load_balancing`` is ThesisParams' ``lb``.
+OVERLAY_KEYS: dict[str, Any] = {
+    k: v for k, v in typing.get_type_hints(OverlayConfig).items() if k != "load_balancing"
+}
+PARAM_KEYS: dict[str, Any] = {**THESIS_KEYS, **OVERLAY_KEYS}
+#: Keys whose string values may be file paths, resolved against the plan file's directory.
+PATH_KEYS = ("latency", "events_from")
+LATENCY_NAMES = ("synthetic", *NAMED_MATRICES)
+
+
+class PlanError(RangecastError, ValueError):
+    """A sweep plan cannot be read or is invalid."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """One simulator run of a sweep. Picklable: it crosses process and Spark boundaries."""
+
+    index: int
+    #: Directory name under ``DIR/runs/``: the index, then the grid values and the seed.
+    run_id: str
+    scenario: str
+    seed: int
+    #: The plan's own values for this run (base and grid keys), as written in the plan.
+    settings: dict[str, Any]
+    #: ThesisParams with defaults filled in and plan-relative paths resolved.
+    params: ThesisParams
+    #: The run's grid values and seed, for progress and error messages: ``nodes=60 seed=1``.
+    label: str
+
+    def cost(self) -> float:
+        """Rough relative run time, to start long runs first (it never changes the results)."""
+        return float(self.params.nodes) * max(1, self.params.events)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    name: str
+    description: str
+    scenario: str
+    seeds: tuple[int, ...]
+    base: dict[str, Any]
+    grid: dict[str, list[Any]]
+    #: Where the plan came from: a file path, or ``<shipped>/name.toml``.
+    source: str
+    runs: tuple[RunSpec, ...]
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as JSON (for sweep.json)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "scenario": self.scenario,
+            "seeds": list(self.seeds),
+            "base": _jsonable(self.base),
+            "grid": {k: [_jsonable(v) for v in vs] for k, vs in self.grid.items()},
+            "source": self.source,
+        }
+
+    def param_columns(self) -> list[str]:
+        """The table's parameter columns: seed, nodes and latency always, then the plan's keys."""
+        cols = ["seed", "nodes", "latency"]
+        cols += [k for k in (*self.base, *self.grid) if k not in cols]
+        return cols
+
+
+def _jsonable(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def shipped_plans() -> list[str]:
+    """Names of the plans shipped in ``sim/plans/``."""
+    folder = resources.files("sim") / "plans"
+    return sorted(
+        p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")
+    )
+
+
+def find_plan(name_or_path: str) -> tuple[str, str, Path | None]:
+    """(TOML text, source label, directory for relative paths) of a plan file or shipped name."""
+    path = Path(name_or_path)
+    if path.is_file():
+        try:
+            return path.read_text(encoding="utf-8"), str(path), path.resolve().parent
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PlanError(f"{path}: cannot read the plan: {exc}") from exc
+    name = name_or_path.removesuffix(".toml")
+    if re.fullmatch(r"[A-Za-z0-9_.-]+", name) and name in shipped_plans():
+        text = (resources.files("sim") / "plans" / f"{name}.toml").read_text(encoding="utf-8")
+        return text, f"<shipped>/{name}.toml", None
+    raise PlanError(
+        f"{name_or_path}: no such plan file, and not a shipped plan "
+        f"(shipped: {', '.join(shipped_plans())})"
+    )
+
+
+def load_plan(name_or_path: str) -> Plan:
+    """Read, check and expand a plan (a file path, or the name of a shipped plan)."""
+    text, source, folder = find_plan(name_or_path)
+    return parse_plan(text, source, folder)
+
+
+def _type_name(hint: Any) -> str:
+    if hint is float:
+        return "a number"
+    if hint is int:
+        return "an integer"
+    if hint is bool:
+        return "true or false"
+    if hint is str:
+        return "a string"
+    if typing.get_origin(hint) is tuple:
+        args = typing.get_args(hint)
+        plural = {int: "integers", float: "numbers", str: "strings", bool: "booleans"}
+        return f"a list of {len(args)} {plural.get(args[0], str(args[0]))}"
+    return str(hint)
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """``value`` as the dataclass field type ``hint`` wants, or a PlanError naming ``where``."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        # TOML has no null, so an optional field is just its non-None type here.
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _coerce(value, inner, where)
+    ok = False
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok:
+            value = float(value)
+    elif hint is str:
+        ok = isinstance(value, str)
+    elif origin is tuple:
+        args = typing.get_args(hint)
+        if isinstance(value, list) and len(value) == len(args):
+            return tuple(_coerce(v, a, where) for v, a in zip(value, args, strict=True))
+    if not ok:
+        raise PlanError(f"{where}: expected {_type_name(hint)}, got {value!r}")
+    return value
+
+
+def _resolve_path(key: str, value: str, folder: Path | None, where: str) -> str:
+    """A plan's file path, made absolute against the plan's directory; names pass through."""
+    if key == "latency" and value in LATENCY_NAMES:
+        return value
+    raw = value.removeprefix("matrix:") if key == "latency" else value
+    path = Path(raw)
+    if not path.is_absolute() and folder is not None:
+        path = folder / path
+    if not path.is_file():
+        expected = (
+            f"one of {', '.join(LATENCY_NAMES)} or an RTT matrix file"
+            if key == "latency"
+            else "a CSV file"
+        )
+        rel = " (relative paths are relative to the plan file)" if folder is not None else ""
+        raise PlanError(f"{where}: {value!r} is not a file{rel}; expected {expected}")
+    # Absolute: a Spark task's working directory is not the driver's.
+    return str(path.absolute())
+
+
+def _slug(value: Any) -> str:
+    """A short, filesystem-safe rendering of a parameter value for a run directory name."""
+    if isinstance(value, bool):
+        text = "on" if value else "off"
+    elif isinstance(value, list | tuple):
+        text = "-".join(_slug(v) for v in value)
+    elif isinstance(value, str) and ("/" in value or value.endswith((".txt", ".csv"))):
+        text = Path(value.removeprefix("matrix:")).stem
+    else:
+        text = str(value)
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")[:40] or "x"
+
+
+def _params(settings: dict[str, Any], seed: int) -> ThesisParams:
+    """ThesisParams for one run: plan values over the defaults (checks run here)."""
+    thesis = {k: v for k, v in settings.items() if k in THESIS_KEYS}
+    overlay = {k: v for k, v in settings.items() if k in OVERLAY_KEYS}
+    params = ThesisParams(seed=seed, **thesis)
+    if overlay:
+        params = replace(params, overlay=OverlayConfig(**overlay))
+    params.check()
+    return params
+
+
+def parse_plan(text: str, source: str, folder: Path | None = None) -> Plan:
+    """Check and expand plan text. ``folder`` anchors relative paths (None: the working dir)."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PlanError(f"{source}: not valid TOML: {exc}") from exc
+    unknown = [k for k in doc if k not in TOP_KEYS]
+    if unknown:
+        raise PlanError(
+            f"{source}: unknown key {unknown[0]!r} (a plan has: {', '.join(TOP_KEYS)}; "
+            "parameters go under [base] or [grid])"
+        )
+
+    def text_key(key: str, default: str) -> str:
+        value = doc.get(key, default)
+        if not isinstance(value, str):
+            raise PlanError(f"{source}: {key!r} must be a string, got {value!r}")
+        return value
+
+    fallback = Path(source).stem if not source.startswith("<") else "sweep"
+    name = text_key("name", fallback)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise PlanError(f"{source}: 'name' must be letters, digits, '.', '_' or '-', got {name!r}")
+    description = text_key("description", "")
+    scenario = text_key("scenario", "thesis")
+    if scenario not in SCENARIOS:
+        raise PlanError(
+            f"{source}: 'scenario' {scenario!r} is not known (known: {', '.join(SCENARIOS)})"
+        )
+
+    seeds = doc.get("seeds", [1])
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    ):
+        raise PlanError(f"{source}: 'seeds' must be a non-empty list of integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise PlanError(f"{source}: 'seeds' lists a seed twice: {seeds!r}")
+
+    def param_table(key: str) -> dict[str, Any]:
+        table = doc.get(key, {})
+        if not isinstance(table, dict):
+            raise PlanError(f"{source}: '{key}' must be a table ([{key}]), got {table!r}")
+        for k in table:
+            if k == "seed":
+                raise PlanError(f"{source}: [{key}] seed: seeds are set by the top-level 'seeds'")
+            if k not in PARAM_KEYS:
+                raise PlanError(
+                    f"{source}: [{key}] {k}: unknown parameter of scenario {scenario!r} "
+                    f"(known: {', '.join(PARAM_KEYS)})"
+                )
+        return table
+
+    raw_base = param_table("base")
+    raw_grid = param_table("grid")
+    if "grid" in doc and not raw_grid:
+        raise PlanError(f"{source}: [grid] is empty; give each swept parameter a list of values")
+    for k in raw_grid:
+        if k in raw_base:
+            raise PlanError(f"{source}: {k!r} is in both [base] and [grid]")
+
+    def check_value(key: str, value: Any, where: str) -> Any:
+        value = _coerce(value, PARAM_KEYS[key], where)
+        if key in PATH_KEYS:
+            # Validate now (the path must exist); the run resolves it again from the same text.
+            _resolve_path(key, value, folder, where)
+        return value
+
+    base = {k: check_value(k, v, f"{source}: [base] {k}") for k, v in raw_base.items()}
+    grid: dict[str, list[Any]] = {}
+    for k, values in raw_grid.items():
+        where = f"{source}: [grid] {k}"
+        if not isinstance(values, list):
+            raise PlanError(f"{where}: expected a list of values, got {values!r}")
+        if not values:
+            raise PlanError(f"{where}: the list of values is empty")
+        checked = [check_value(k, v, f"{where}[{i}]") for i, v in enumerate(values)]
+        if len(set(map(repr, checked))) != len(checked):
+            raise PlanError(f"{where}: a value is listed twice: {values!r}")
+        grid[k] = checked
+
+    combos = list(itertools.product(*grid.values())) if grid else [()]
+    total = len(combos) * len(seeds)
+    width = max(3, len(str(total - 1)))
+    runs: list[RunSpec] = []
+    for combo in combos:
+        chosen = dict(zip(grid, combo, strict=True))
+        settings = {**base, **chosen}
+        resolved = {
+            k: _resolve_path(k, v, folder, source) if k in PATH_KEYS else v
+            for k, v in settings.items()
+        }
+        for seed in seeds:
+            index = len(runs)
+            parts = [f"{k}-{_slug(v)}" for k, v in chosen.items()] + [f"seed-{seed}"]
+            run_id = f"r{index:0{width}d}_" + "_".join(parts)
+            try:
+                params = _params(resolved, seed)
+            except RangecastError as exc:
+                shown = ", ".join(f"{k}={v!r}" for k, v in settings.items())
+                raise PlanError(f"{source}: run {run_id} ({shown}, seed={seed}): {exc}") from exc
+            label = " ".join([*(f"{k}={v}" for k, v in chosen.items()), f"seed={seed}"])
+            runs.append(RunSpec(index, run_id, scenario, seed, settings, params, label))
+    return Plan(name, description, scenario, tuple(seeds), base, grid, source, tuple(runs))
