@@ -291,14 +291,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_lbdd_parser(sims)
     add_sweep_parser(sims)
+
+    from runtime.cli import add_runtime_parsers
+
+    add_runtime_parsers(top)
     return parser
+
+
+def _leaf_error(exc: BaseException) -> BaseException:
+    """The error to report from a trio run: the first RangecastError or OSError inside
+    (possibly nested) exception groups, else the exception itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            leaf = _leaf_error(sub)
+            if isinstance(leaf, RangecastError | OSError | KeyboardInterrupt):
+                return leaf
+    return exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        try:
+            return int(args.func(args))
+        except BaseExceptionGroup as group:
+            raise _leaf_error(group) from None
     except RangecastError as exc:
         print(f"rangecast: error: {exc}", file=sys.stderr)
         return 2
@@ -309,6 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (e.g. output piped into head): not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a refused connection, a port in use: say so, no traceback
+        print(f"rangecast: error: {exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

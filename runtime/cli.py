@@ -1,0 +1,310 @@
+"""The real-peer commands of ``rangecast``: ``peer start|status``, ``swarm up|status|down``,
+``subscribe`` and ``publish``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import signal
+import sys
+from typing import Any
+
+import trio
+
+from dht.errors import LocalProtocolError, RangecastError
+from pubsub.node import OverlayConfig
+from pubsub.schema import SchemaRegistry, builtin_schemas
+from runtime.identity import Identity, StateDir, parse_endpoint
+
+log = logging.getLogger("rangecast.cli")
+
+
+def _schemas(name_or_file: str | None) -> tuple[SchemaRegistry, str]:
+    reg = builtin_schemas()
+    if name_or_file is None:
+        return reg, "thesis"
+    return reg, reg.resolve(name_or_file).name
+
+
+# ----------------------------------------------------------------------------- peer start
+
+
+def _peer_start(args: argparse.Namespace) -> int:
+    from runtime.peer import PeerConfig, PeerRuntime
+
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    schemas, _ = _schemas(args.schema)
+    state = StateDir(args.state) if args.state else None
+    if state is not None:
+        identity, created = state.load_identity()
+        log.info(
+            "%s identity %s in %s",
+            "created" if created else "loaded",
+            identity.node_id.hex(),
+            args.state,
+        )
+        saved = state.read()
+        epoch = state.next_epoch()
+    else:
+        identity, saved, epoch = Identity.generate(), {}, None
+        log.info("no --state: a fresh identity %s, forgotten on exit", identity.node_id.hex())
+    listen = args.listen
+    if listen is None:
+        previous = saved.get("address")
+        listen = previous if isinstance(previous, str) else "127.0.0.1:0"
+    host, port = parse_endpoint(listen)
+    contacts = [parse_endpoint(j) for j in args.join]
+    if not contacts:
+        known = saved.get("known_peers")
+        if isinstance(known, list) and known:
+            contacts = [parse_endpoint(str(k)) for k in known]
+            log.info("rejoining through %d peers remembered in the state directory", len(contacts))
+    config = PeerConfig(
+        host=host,
+        port=port,
+        capacity=args.capacity,
+        overlay=OverlayConfig(probe=args.probe, delivery=args.delivery),
+    )
+    peer = PeerRuntime(identity, schemas, config, state=state, epoch=epoch)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_on_signals, peer, nursery.cancel_scope)
+            await nursery.start(peer.run, contacts)
+            assert peer.address is not None
+            print(
+                json.dumps({"id": identity.node_id.hex(), "address": peer.address.endpoint}),
+                flush=True,
+            )
+            nursery.start_soon(_report_rejections, peer)
+            await peer.stopped.wait()
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    except OSError as exc:
+        raise LocalProtocolError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+    return 0
+
+
+async def _on_signals(peer: Any, scope: trio.CancelScope) -> None:
+    """SIGINT/SIGTERM: leave gracefully if the peer is in the overlay, else just stop."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            if peer.ready and not peer.stopped.is_set():
+                log.info("%s: leaving", signal.Signals(signum).name)
+                peer.stop()
+            else:
+                log.info("%s: stopping", signal.Signals(signum).name)
+                scope.cancel()
+            return
+
+
+async def _report_rejections(peer: Any) -> None:
+    """A line in the log whenever the peer has refused input since the last one."""
+    seen = 0
+    while True:
+        await trio.sleep(10.0)
+        total = peer.rejections.total
+        if total != seen:
+            log.warning(
+                "refused %d frames so far: %s",
+                total,
+                ", ".join(f"{k} {v}" for k, v in sorted(peer.rejections.by_reason.items())),
+            )
+            seen = total
+
+
+# ----------------------------------------------------------------------------- client commands
+
+
+def _via(text: str) -> tuple[str, int]:
+    host, port = parse_endpoint(text)
+    if port == 0:
+        raise LocalProtocolError("--via needs the peer's port")
+    return host, port
+
+
+def _peer_status(args: argparse.Namespace) -> int:
+    from runtime.client import connect
+
+    host, port = _via(args.via)
+
+    async def main() -> dict[str, Any]:
+        async with connect(host, port) as client:
+            return await client.status()
+
+    st = trio.run(main)
+    if args.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    print(_format_status(st))
+    return 0
+
+
+def _format_status(st: dict[str, Any]) -> str:
+    rt, rej = st["routing_table"], st["rejected"]
+    lines = [
+        f"peer      {st['id']}  {st['address']}  ({st['state']}, up {st['uptime_s']:.0f} s)",
+        f"leaf set  {len(st['leaf_set']['left'])} left, {len(st['leaf_set']['right'])} right",
+    ]
+    for side in ("left", "right"):
+        for p in st["leaf_set"][side]:
+            lines.append(f"          {side:<5} {p}")
+    lines.append(
+        f"routing   {rt['entries']} entries in {rt['rows']} rows (per row: {rt['per_row']})"
+    )
+    leaves = [t for t in st["tree_nodes"] if t["leaf"]]
+    lines.append(
+        f"tree      {len(st['tree_nodes'])} tree nodes hosted ({len(leaves)} leaves, "
+        f"{sum(t.get('subscriptions', 0) for t in leaves)} stored subscriptions)"
+    )
+    lines.append(f"subs      {st['subscriptions']} subscriptions of this peer's clients")
+    reasons = ", ".join(f"{k}: {v}" for k, v in rej["runtime"].items()) or "none"
+    lines.append(
+        f"rejected  {rej['total']} inputs (runtime: {reasons}; dht malformed "
+        f"{rej['dht_malformed']}; overlay malformed {rej['overlay_malformed']})"
+    )
+    tr = st["transport"]
+    lines.append(
+        f"transport {tr['frames_in']} frames in, {tr['frames_out']} out, "
+        f"{tr['dropped_out']} dropped on send, {st['links']} open links"
+    )
+    return "\n".join(lines)
+
+
+def _subscribe(args: argparse.Namespace) -> int:
+    from runtime.client import connect
+
+    host, port = _via(args.via)
+    _schemas(args.schema)  # an unknown schema name or a bad file fails here, before connecting
+    schema = args.schema or "thesis"
+    if args.count is not None and args.count < 1:
+        raise LocalProtocolError("--count must be >= 1")
+    timeout = math.inf if args.timeout is None else args.timeout
+
+    async def main() -> None:
+        async with connect(host, port) as client:
+            sub = await client.subscribe(args.expr, schema)
+            print(json.dumps({"subscribed": sub.sid}), flush=True)
+            n = 0
+            with trio.move_on_after(timeout):
+                async for d in sub:
+                    print(
+                        json.dumps(
+                            {"sid": d.sid, "event": d.eid, "schema": d.schema, "values": d.values}
+                        ),
+                        flush=True,
+                    )
+                    n += 1
+                    if args.count is not None and n >= args.count:
+                        break
+            await sub.unsubscribe()
+
+    trio.run(main)
+    return 0
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from runtime.client import connect
+
+    host, port = _via(args.via)
+    values: dict[str, float | None] = {}
+    for item in args.values:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            raise LocalProtocolError(f"expected ATTR=VALUE, got {item!r}")
+        try:
+            v = float(raw)
+        except ValueError:
+            raise LocalProtocolError(f"{name}: {raw!r} is not a number") from None
+        if name in values:
+            raise LocalProtocolError(f"{name} given twice")
+        values[name] = v
+    registry, schema = _schemas(args.schema)
+    registry.get(schema).event(values)  # validate here for a clear error before connecting
+
+    async def main() -> int:
+        async with connect(host, port) as client:
+            return await client.publish(values, schema)
+
+    eid = trio.run(main)
+    print(json.dumps({"published": eid}), flush=True)
+    return 0
+
+
+# ----------------------------------------------------------------------------- the parsers
+
+
+def add_runtime_parsers(top: Any) -> None:
+    from runtime import swarm
+
+    peer = top.add_parser("peer", help="run or inspect one real peer")
+    peers = peer.add_subparsers(dest="peer_command", required=True, metavar="ACTION")
+    start = peers.add_parser(
+        "start",
+        help="run one peer in the foreground (Ctrl-C leaves gracefully)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    start.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="where to listen (default: the address saved in --state, else 127.0.0.1 and a "
+        "free port)",
+    )
+    start.add_argument(
+        "--join",
+        metavar="HOST:PORT",
+        action="append",
+        default=[],
+        help="a peer of the swarm to join through (repeatable; default: the peers remembered "
+        "in --state, else start a new swarm)",
+    )
+    start.add_argument(
+        "--state",
+        metavar="DIR",
+        help="state directory: the peer's key pair (hence its id) and whom it knew",
+    )
+    start.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
+    start.add_argument(
+        "--capacity", type=int, default=100, help="subscriptions a tree leaf holds before it splits"
+    )
+    start.add_argument("--probe", choices=("unicast", "multicast"), default="unicast")
+    start.add_argument("--delivery", choices=("unicast", "multicast", "lbdd"), default="unicast")
+    start.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    start.set_defaults(func=_peer_start)
+
+    status = peers.add_parser("status", help="a peer's id, leaf set, tables and counters")
+    status.add_argument("--via", metavar="HOST:PORT", required=True)
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(func=_peer_status)
+
+    swarm.add_swarm_parser(top)
+
+    sub = top.add_parser(
+        "subscribe",
+        help="subscribe through a peer; print one JSON line per delivered event",
+        description='Prints {"subscribed": SID} once the subscription is installed and '
+        "acknowledged, then one JSON line per delivered event.",
+    )
+    sub.add_argument("--via", metavar="HOST:PORT", required=True, help="a peer of the swarm")
+    sub.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
+    sub.add_argument("expr", metavar="EXPR", help='e.g. "Attr1 between 10 and 20 and Attr4 < 5"')
+    sub.add_argument("--count", type=int, help="exit after this many deliveries")
+    sub.add_argument("--timeout", type=float, help="exit after this many seconds")
+    sub.set_defaults(func=_subscribe)
+
+    pub = top.add_parser("publish", help="publish one event through a peer")
+    pub.add_argument("--via", metavar="HOST:PORT", required=True, help="a peer of the swarm")
+    pub.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
+    pub.add_argument("values", metavar="ATTR=VALUE", nargs="+")
+    pub.set_defaults(func=_publish)
+
+
+__all__ = ["RangecastError", "add_runtime_parsers"]

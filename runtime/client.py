@@ -1,0 +1,282 @@
+"""The async (trio) client: subscribe, unsubscribe and publish through any peer.
+
+::
+
+    async with rangecast_client("127.0.0.1", 7000) as client:
+        sub = await client.subscribe("Attr1 between 10 and 20")
+        eid = await client.publish({"Attr1": 15, "Attr2": 0, "Attr3": 1, "Attr4": 2})
+        async for delivery in sub:          # Delivery(sid, eid, schema, values)
+            print(delivery.values)
+            break
+        await sub.unsubscribe()
+
+A subscription's deliveries are an async iterator; it ends when the subscription is removed or
+the connection closes. Errors the peer reports (a bad expression, an unknown schema, a value out
+of its domain) raise ``RequestError`` with the peer's message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from dht.errors import RangecastError, RemoteProtocolError
+from dht.wire import Message
+from runtime.guard import FrameReader, FrameTooLarge, frame, wire_codec
+from runtime.identity import PeerAddress
+from runtime.messages import (
+    Done,
+    Hello,
+    HelloReply,
+    Notification,
+    PublishReply,
+    PublishRequest,
+    StatusReply,
+    StatusRequest,
+    SubscribeReply,
+    SubscribeRequest,
+    UnsubscribeRequest,
+)
+
+#: Deliveries buffered per subscription before the reader waits for the application.
+SUBSCRIPTION_BUFFER = 100_000
+
+
+class RequestError(RangecastError):
+    """The peer refused a request (its reason is the message)."""
+
+
+class ConnectionLost(RangecastError):
+    """The connection to the peer closed before the reply came."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    sid: int
+    eid: int
+    schema: str
+    values: dict[str, float | None]
+
+
+class ClientSubscription:
+    """One subscription: iterate it for deliveries."""
+
+    def __init__(self, client: Client, sid: int, schema: str, attributes: list[str]) -> None:
+        self.client = client
+        self.sid = sid
+        self.schema = schema
+        self.attributes = attributes
+        self._tx, self._rx = trio.open_memory_channel[Delivery](SUBSCRIPTION_BUFFER)
+
+    def __aiter__(self) -> AsyncIterator[Delivery]:
+        return self._iter()
+
+    async def _iter(self) -> AsyncIterator[Delivery]:
+        async for d in self._rx:
+            yield d
+
+    def _push(self, n: Notification) -> None:
+        names = self.attributes
+        values = {names[i] if i < len(names) else f"#{i}": v for i, v in enumerate(n.values)}
+        try:
+            self._tx.send_nowait(Delivery(n.sid, n.eid, n.schema, values))
+        except (trio.WouldBlock, trio.ClosedResourceError):
+            self.client.overflowed += 1
+
+    def _close(self) -> None:
+        self._tx.close()
+
+    async def unsubscribe(self) -> None:
+        await self.client.unsubscribe(self.sid)
+
+
+class _Waiter:
+    __slots__ = ("done", "reply")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.reply: Message | None = None
+
+
+class Client:
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self._wire = wire_codec()
+        self._req = 0
+        self._waiting: dict[int, _Waiter] = {}
+        self._subs: dict[int, ClientSubscription] = {}
+        #: Notifications for a sid whose SubscribeReply has not arrived yet.
+        self._early: dict[int, list[Notification]] = {}
+        self._hello: _Waiter | None = None
+        self._send_lock = trio.Lock()
+        self._closed = False
+        #: Deliveries dropped because the application did not drain a subscription.
+        self.overflowed = 0
+
+    # ------------------------------------------------------------------------------ requests
+
+    async def hello(self) -> HelloReply:
+        """The peer's address, key, state and schemas."""
+        waiter = _Waiter()
+        self._hello = waiter
+        await self._send(Hello())
+        reply = await self._wait(waiter)
+        assert isinstance(reply, HelloReply)
+        return reply
+
+    async def subscribe(self, expr: str, schema: str = "thesis") -> ClientSubscription:
+        """Install a subscription; returns once every piece is stored and acknowledged."""
+        reply = await self._call(lambda req: SubscribeRequest(req, schema, expr))
+        assert isinstance(reply, SubscribeReply)
+        if reply.error:
+            raise RequestError(reply.error)
+        sub = ClientSubscription(self, reply.sid, schema, list(reply.attributes))
+        self._subs[reply.sid] = sub
+        for n in self._early.pop(reply.sid, []):
+            sub._push(n)
+        return sub
+
+    async def unsubscribe(self, sid: int) -> None:
+        reply = await self._call(lambda req: UnsubscribeRequest(req, sid))
+        assert isinstance(reply, Done)
+        if reply.error:
+            raise RequestError(reply.error)
+        sub = self._subs.pop(sid, None)
+        if sub is not None:
+            sub._close()
+
+    async def publish(
+        self, values: Mapping[str, float | int | None], schema: str = "thesis"
+    ) -> int:
+        """Publish an event given by attribute name; returns its event id."""
+        clean: dict[str, float | None] = {}
+        for k, v in values.items():
+            if v is not None and not (isinstance(v, int | float) and math.isfinite(v)):
+                raise RequestError(f"{k}: value must be a finite number, got {v!r}")
+            clean[str(k)] = None if v is None else float(v)
+        reply = await self._call(lambda req: PublishRequest(req, schema, clean))
+        assert isinstance(reply, PublishReply)
+        if reply.error:
+            raise RequestError(reply.error)
+        return reply.eid
+
+    async def status(self) -> dict[str, Any]:
+        reply = await self._call(lambda req: StatusRequest(req))
+        assert isinstance(reply, StatusReply)
+        data: dict[str, Any] = json.loads(reply.json)
+        return data
+
+    # ------------------------------------------------------------------------------ plumbing
+
+    async def _call(self, make: Any) -> Message:
+        self._req = (self._req + 1) & 0xFFFFFFFF
+        req = self._req
+        waiter = _Waiter()
+        self._waiting[req] = waiter
+        try:
+            await self._send(make(req))
+            return await self._wait(waiter)
+        finally:
+            self._waiting.pop(req, None)
+
+    async def _send(self, msg: Message) -> None:
+        if self._closed:
+            raise ConnectionLost("the connection to the peer is closed")
+        async with self._send_lock:
+            try:
+                await self.stream.send_all(frame(self._wire.encode(msg)))
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise ConnectionLost(f"cannot send to the peer: {exc}") from None
+
+    async def _wait(self, waiter: _Waiter) -> Message:
+        await waiter.done.wait()
+        if waiter.reply is None:
+            raise ConnectionLost("the connection to the peer closed before it replied")
+        return waiter.reply
+
+    async def _reader(self) -> None:
+        reader = FrameReader()
+        try:
+            async for data in self.stream:
+                for f in reader.feed(data):
+                    self._on_frame(self._wire.decode(f))
+        except (
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            OSError,
+            RemoteProtocolError,
+            FrameTooLarge,
+        ):
+            pass
+        finally:
+            self._shutdown()
+
+    def _on_frame(self, msg: Message) -> None:
+        if isinstance(msg, Notification):
+            sub = self._subs.get(msg.sid)
+            if sub is not None:
+                sub._push(msg)
+            else:
+                self._early.setdefault(msg.sid, []).append(msg)
+            return
+        if isinstance(msg, HelloReply):
+            if self._hello is not None:
+                self._hello.reply = msg
+                self._hello.done.set()
+            return
+        req = getattr(msg, "req", None)
+        waiter = self._waiting.get(req) if isinstance(req, int) else None
+        if waiter is None:
+            raise RemoteProtocolError(f"unexpected {type(msg).__name__} from the peer")
+        waiter.reply = msg
+        waiter.done.set()
+
+    def _shutdown(self) -> None:
+        self._closed = True
+        for waiter in self._waiting.values():
+            waiter.done.set()
+        if self._hello is not None:
+            self._hello.done.set()
+        for sub in self._subs.values():
+            sub._close()
+
+
+@asynccontextmanager
+async def connect(host: str, port: int, timeout_s: float = 5.0) -> AsyncIterator[Client]:
+    """A client connected to the peer at ``host:port``."""
+    with trio.fail_after(timeout_s):
+        try:
+            stream = await trio.open_tcp_stream(host, port)
+        except OSError as exc:
+            raise ConnectionLost(
+                f"cannot connect to {host}:{port}: {exc.strerror or exc}"
+            ) from None
+    async with trio.open_nursery() as nursery:
+        client = Client(stream)
+        nursery.start_soon(client._reader)
+        try:
+            yield client
+        finally:
+            nursery.cancel_scope.cancel()
+            with trio.CancelScope(shield=True), suppress(trio.BrokenResourceError, OSError):
+                await stream.aclose()
+
+
+def describe_peer(hello: HelloReply) -> str:
+    return str(PeerAddress.from_bytes(hello.addr))
+
+
+__all__ = [
+    "Client",
+    "ClientSubscription",
+    "ConnectionLost",
+    "Delivery",
+    "RequestError",
+    "connect",
+]

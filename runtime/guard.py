@@ -1,0 +1,311 @@
+"""What stands between the network and a peer's cores: framing, the signed envelope, the
+anti-replay window and the rate limit. Everything here is sans-IO (the caller passes ``now``),
+so it is tested without sockets.
+
+A frame that fails a check is refused with a reason that goes into ``Rejections``; nothing here
+raises at the network's input. Checks run cheapest first, and the signature before anything
+that changes state, so a forger cannot even advance a replay window.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from dht.errors import RemoteProtocolError, WireError
+from dht.messages import (
+    Announce,
+    Direct,
+    JoinReply,
+    JoinRequest,
+    JoinRows,
+    LeafSetReply,
+    LeafSetRequest,
+    Leave,
+    Ping,
+    Pong,
+    RowReply,
+    RowRequest,
+)
+from dht.wire import MAX_FRAME_BYTES, Codec, Message, codec, registered
+from runtime.identity import Identity, PeerAddress
+from runtime.messages import Sealed
+
+#: Largest frame on a connection: a core frame at the codec's limit plus the envelope.
+MAX_WIRE_FRAME = MAX_FRAME_BYTES + 1024
+LENGTH_BYTES = 4
+_DOMAIN = b"rangecast/sealed/1\x00"
+
+
+class FrameTooLarge(Exception):
+    """A length prefix over the limit: the connection cannot be resynchronised, close it."""
+
+
+class FrameReader:
+    """Splits a byte stream into frames, each preceded by a 4-byte big-endian length."""
+
+    __slots__ = ("_buf", "limit")
+
+    def __init__(self, limit: int = MAX_WIRE_FRAME) -> None:
+        self._buf = bytearray()
+        self.limit = limit
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self._buf
+        buf += data
+        out: list[bytes] = []
+        pos = 0
+        n = len(buf)
+        while n - pos >= LENGTH_BYTES:
+            size = int.from_bytes(buf[pos : pos + LENGTH_BYTES], "big")
+            if size > self.limit:
+                raise FrameTooLarge(f"frame of {size} bytes announced, limit {self.limit}")
+            end = pos + LENGTH_BYTES + size
+            if end > n:
+                break
+            out.append(bytes(buf[pos + LENGTH_BYTES : end]))
+            pos = end
+        if pos:
+            del buf[:pos]
+        return out
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+
+_wire_codec: Codec | None = None
+_wire_types = 0
+
+
+def wire_codec() -> Codec:
+    """The codec for whole frames on a connection: every registered message, with room for the
+    envelope around a core frame at the core codec's limit."""
+    global _wire_codec, _wire_types
+    types = registered()
+    if _wire_codec is None or len(types) != _wire_types:
+        _wire_codec = Codec(types, max_bytes=MAX_WIRE_FRAME)
+        _wire_types = len(types)
+    return _wire_codec
+
+
+def frame(payload: bytes) -> bytes:
+    return len(payload).to_bytes(LENGTH_BYTES, "big") + payload
+
+
+@dataclass(slots=True)
+class Rejections:
+    """Input refused, by reason. Every refusal is counted; the peer keeps serving."""
+
+    total: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+    def add(self, reason: str, n: int = 1) -> None:
+        self.total += n
+        self.by_reason[reason] = self.by_reason.get(reason, 0) + n
+
+
+class TokenBucket:
+    """``rate`` frames per second with bursts up to ``burst``."""
+
+    __slots__ = ("burst", "last", "rate", "tokens")
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.last = now
+
+    def allow(self, now: float) -> bool:
+        tokens = self.tokens + (now - self.last) * self.rate
+        self.last = now
+        if tokens >= 1.0:
+            self.tokens = min(tokens, self.burst) - 1.0
+            return True
+        self.tokens = tokens
+        return False
+
+
+class ReplayWindow:
+    """Per sender: the boot epoch and a sliding window of the last ``size`` sequence numbers
+    (RFC 4303's anti-replay scheme). A frame of an older epoch, a sequence number seen before,
+    or one that fell out of the window is a replay. The table keeps the ``capacity`` most recent
+    senders; a forgotten sender's next frame starts a fresh window (documented limit)."""
+
+    __slots__ = ("_senders", "capacity", "size")
+
+    def __init__(self, size: int = 1024, capacity: int = 65536) -> None:
+        self.size = size
+        self.capacity = capacity
+        self._senders: OrderedDict[bytes, list[int]] = OrderedDict()
+
+    def accept(self, sender: bytes, epoch: int, seq: int) -> bool:
+        st = self._senders.get(sender)
+        if st is None or epoch > st[0]:
+            self._senders[sender] = [epoch, seq, 1]
+            self._senders.move_to_end(sender)
+            if len(self._senders) > self.capacity:
+                self._senders.popitem(last=False)
+            return True
+        if epoch < st[0]:
+            return False
+        top, bits = st[1], st[2]
+        if seq > top:
+            shift = seq - top
+            bits = ((bits << shift) | 1) & ((1 << self.size) - 1) if shift < self.size else 1
+            st[1], st[2] = seq, bits
+        else:
+            back = top - seq
+            if back >= self.size or bits >> back & 1:
+                return False
+            st[2] = bits | (1 << back)
+        self._senders.move_to_end(sender)
+        return True
+
+
+def signed_bytes(key: bytes, src: bytes, dst: bytes, epoch: int, seq: int, body: bytes) -> bytes:
+    """What an envelope's signature covers: every field but the signature, unambiguously."""
+    return b"".join(
+        (
+            _DOMAIN,
+            key,
+            len(src).to_bytes(1, "big"),
+            src,
+            len(dst).to_bytes(1, "big"),
+            dst,
+            epoch.to_bytes(8, "big"),
+            seq.to_bytes(8, "big"),
+            body,
+        )
+    )
+
+
+class Sealer:
+    """Signs this peer's outgoing core frames."""
+
+    __slots__ = ("_codec", "epoch", "identity", "seq", "src")
+
+    def __init__(self, identity: Identity, src: bytes, epoch: int) -> None:
+        self.identity = identity
+        self.src = src
+        self.epoch = epoch
+        self.seq = 0
+        self._codec = wire_codec()
+
+    def seal(self, dst: bytes, body: bytes) -> bytes:
+        """One envelope frame (without the length prefix) carrying the encoded ``body``."""
+        self.seq += 1
+        key = self.identity.public_key
+        sig = self.identity.sign(signed_bytes(key, self.src, dst, self.epoch, self.seq, body))
+        return self._codec.encode(Sealed(key, self.src, dst, self.epoch, self.seq, body, sig))
+
+
+#: For each core message that names its sender, the field holding the sender's handle: it must
+#: be the signer itself (id and address), or a peer could speak for another.
+_SENDER_FIELD: dict[type[Message], str] = {
+    Announce: "node",
+    JoinRows: "sender",
+    JoinReply: "root",
+    LeafSetRequest: "sender",
+    LeafSetReply: "sender",
+    Ping: "sender",
+    Pong: "sender",
+    RowRequest: "sender",
+    RowReply: "sender",
+    Direct: "sender",
+    Leave: "sender",
+}
+
+_CORE_LAYER_END = 128
+
+
+class Gate:
+    """Checks incoming envelopes for one peer: destination, key-id binding, signature, replay,
+    body, and that the message's own sender field is the signer."""
+
+    __slots__ = ("_codec", "_keys", "addr", "core_types", "rejections", "replay")
+
+    def __init__(self, addr: bytes, rejections: Rejections, replay: ReplayWindow | None = None):
+        self.addr = addr
+        self.rejections = rejections
+        self.replay = replay or ReplayWindow()
+        self._codec: Codec = codec()
+        self.core_types = frozenset(
+            cls for tag, cls in registered().items() if tag < _CORE_LAYER_END
+        )
+        self._keys: OrderedDict[bytes, Ed25519PublicKey] = OrderedDict()
+
+    def open(self, env: Sealed) -> tuple[bytes, Message] | None:
+        """The (sender address, core message) inside ``env``, or None (and a counted reason)."""
+        rej = self.rejections
+        if env.dst != self.addr:
+            rej.add("wrong destination")
+            return None
+        try:
+            src = PeerAddress.from_bytes(env.src)
+        except RemoteProtocolError:
+            rej.add("bad sender address")
+            return None
+        if src.node_id != hashlib.sha1(env.key, usedforsecurity=False).digest():
+            rej.add("id does not match key")
+            return None
+        if not self._verify(env):
+            rej.add("bad signature")
+            return None
+        if not self.replay.accept(src.node_id, env.epoch, env.seq):
+            rej.add("replayed")
+            return None
+        try:
+            msg = self._codec.decode(env.body)
+        except WireError:
+            rej.add("malformed body")
+            return None
+        if type(msg) not in self.core_types:
+            rej.add("not a core message")
+            return None
+        name = _SENDER_FIELD.get(type(msg))
+        if name is None and type(msg) is JoinRequest and msg.hops == 0:
+            name = "joiner"  # the first hop comes from the joiner itself
+        if name is not None:
+            h: Any = getattr(msg, name)
+            if h.id != src.node_id or h.addr != env.src:
+                rej.add("sender field is not the signer")
+                return None
+        return env.src, msg
+
+    def _verify(self, env: Sealed) -> bool:
+        key = self._keys.get(env.key)
+        if key is None:
+            try:
+                key = Ed25519PublicKey.from_public_bytes(env.key)
+            except ValueError:
+                return False
+            self._keys[env.key] = key
+            if len(self._keys) > 4096:
+                self._keys.popitem(last=False)
+        data = signed_bytes(env.key, env.src, env.dst, env.epoch, env.seq, env.body)
+        try:
+            key.verify(env.sig, data)
+        except InvalidSignature:
+            return False
+        return True
+
+
+__all__ = [
+    "MAX_WIRE_FRAME",
+    "FrameReader",
+    "FrameTooLarge",
+    "Gate",
+    "Rejections",
+    "ReplayWindow",
+    "Sealer",
+    "TokenBucket",
+    "frame",
+    "signed_bytes",
+    "wire_codec",
+]

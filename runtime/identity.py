@@ -1,0 +1,199 @@
+"""A peer's identity and its transport address.
+
+A peer's node id is the SHA-1 of its Ed25519 public key (160 bits, the DHT's id length), so a
+peer cannot pick where it sits on the ring. The key pair lives in the peer's state directory;
+restarting with the same directory gives the same id.
+
+A transport address, as the cores carry it (opaque bytes in every ``Handle``), is the node id
+followed by the port and the IP address: ``id (20) | port (2) | IPv4 (4) or IPv6 (16)``. Putting
+the id into the address is what lets a receiver check a frame statelessly: the sender's address
+must embed the id of the key that signed it, and a frame must name the recipient's own address,
+so a frame meant for whoever used to listen on a port is refused by whoever listens there now.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from dht.errors import LocalProtocolError, RemoteProtocolError
+
+ID_BYTES = 20
+KEY_BYTES = 32
+SIG_BYTES = 64
+KEY_FILE = "identity.pem"
+STATE_FILE = "peer.json"
+
+
+def node_id_of(public_key: bytes) -> bytes:
+    """The 160-bit node id that belongs to an Ed25519 public key."""
+    return hashlib.sha1(public_key, usedforsecurity=False).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class PeerAddress:
+    """Where a peer listens, with the id it must prove it holds."""
+
+    node_id: bytes
+    host: str
+    port: int
+
+    def __post_init__(self) -> None:
+        if len(self.node_id) != ID_BYTES:
+            raise LocalProtocolError(f"node id must be {ID_BYTES} bytes")
+        if not 0 < self.port < 65536:
+            raise LocalProtocolError(f"port {self.port} out of range")
+        try:
+            ipaddress.ip_address(self.host)
+        except ValueError:
+            raise LocalProtocolError(f"host must be an IP address, got {self.host!r}") from None
+
+    def to_bytes(self) -> bytes:
+        return self.node_id + self.port.to_bytes(2, "big") + ipaddress.ip_address(self.host).packed
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> PeerAddress:
+        """Parse an address from the network; anything else raises ``RemoteProtocolError``."""
+        n = len(raw)
+        if n not in (ID_BYTES + 2 + 4, ID_BYTES + 2 + 16):
+            raise RemoteProtocolError(f"transport address of {n} bytes")
+        port = int.from_bytes(raw[ID_BYTES : ID_BYTES + 2], "big")
+        if port == 0:
+            raise RemoteProtocolError("transport address with port 0")
+        host = str(ipaddress.ip_address(raw[ID_BYTES + 2 :]))
+        return cls(bytes(raw[:ID_BYTES]), host, port)
+
+    @property
+    def endpoint(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return f"{self.node_id.hex()[:12]}@{self.endpoint}"
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) from a user; a clear error otherwise."""
+    host, sep, port_s = text.rpartition(":")
+    if not sep or not host:
+        raise LocalProtocolError(f"expected HOST:PORT, got {text!r}")
+    host = host.strip("[]")
+    if host == "localhost":
+        host = "127.0.0.1"
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise LocalProtocolError(f"port in {text!r} is not a number") from None
+    if not 0 <= port < 65536:
+        raise LocalProtocolError(f"port {port} out of range in {text!r}")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise LocalProtocolError(
+            f"host in {text!r} must be an IP address (or localhost), got {host!r}"
+        ) from None
+    return host, port
+
+
+class Identity:
+    """An Ed25519 key pair and the node id derived from it."""
+
+    __slots__ = ("_key", "node_id", "public_key")
+
+    def __init__(self, key: Ed25519PrivateKey) -> None:
+        self._key = key
+        self.public_key = key.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+        self.node_id = node_id_of(self.public_key)
+
+    @classmethod
+    def generate(cls) -> Identity:
+        return cls(Ed25519PrivateKey.generate())
+
+    @property
+    def int_id(self) -> int:
+        return int.from_bytes(self.node_id, "big")
+
+    def sign(self, data: bytes) -> bytes:
+        return self._key.sign(data)
+
+    def private_pem(self) -> bytes:
+        return self._key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+
+    @classmethod
+    def from_pem(cls, pem: bytes, where: str = "key") -> Identity:
+        try:
+            key = serialization.load_pem_private_key(pem, password=None)
+        except (ValueError, TypeError) as exc:
+            raise LocalProtocolError(f"{where}: not a usable private key ({exc})") from None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise LocalProtocolError(f"{where}: not an Ed25519 private key")
+        return cls(key)
+
+
+def verify(public_key: bytes, signature: bytes, data: bytes) -> bool:
+    try:
+        Ed25519PublicKey.from_public_bytes(public_key).verify(signature, data)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+class StateDir:
+    """A peer's state directory: its key pair (``identity.pem``, owner-only) and what it wants
+    to remember across restarts (``peer.json``: last boot epoch, last address, known peers)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def load_identity(self) -> tuple[Identity, bool]:
+        """The stored identity, or a new one written to disk. Returns (identity, created)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        key_path = self.path / KEY_FILE
+        if key_path.exists():
+            return Identity.from_pem(key_path.read_bytes(), str(key_path)), False
+        ident = Identity.generate()
+        tmp = key_path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(ident.private_pem())
+        os.replace(tmp, key_path)
+        return ident, True
+
+    def read(self) -> dict[str, object]:
+        try:
+            data = json.loads((self.path / STATE_FILE).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def write(self, data: dict[str, object]) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        tmp = self.path / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+        os.replace(tmp, self.path / STATE_FILE)
+
+    def next_epoch(self) -> int:
+        """A boot epoch larger than every earlier one of this identity (microseconds of wall
+        time, bumped past the stored one if the clock went back), so receivers can tell this
+        boot's frames from a replay of an earlier boot's."""
+        last = self.read().get("epoch", 0)
+        epoch = max(time.time_ns() // 1000, (last if isinstance(last, int) else 0) + 1)
+        data = self.read()
+        data["epoch"] = epoch
+        self.write(data)
+        return epoch

@@ -1,0 +1,67 @@
+"""Several real peers in one process (one trio run), over loopback sockets: what the end-to-end
+tests and the benchmarks use. Every peer still has its own key, sockets and signed frames; only
+the process is shared."""
+
+from __future__ import annotations
+
+import trio
+
+from pubsub.schema import SchemaRegistry, builtin_schemas
+from runtime.identity import Identity
+from runtime.peer import PeerConfig, PeerRuntime
+
+
+def leaf_sets_converged(peers: list[PeerRuntime]) -> bool:
+    """Whether every running peer's leaf set is exactly what the whole membership implies."""
+    live = [p for p in peers if p.core is not None and p.core.dht.state.value == "ready"]
+    if not live:
+        return False
+    half = live[0].cfg.pastry.leaf_set_size // 2
+    ids = sorted(p.identity.int_id for p in live)
+    n = len(ids)
+    pos = {x: k for k, x in enumerate(ids)}
+    for p in live:
+        k = pos[p.identity.int_id]
+        reach = min(half, n - 1)
+        want = {ids[(k + j) % n] for j in range(1, reach + 1)}
+        want |= {ids[(k - j) % n] for j in range(1, reach + 1)}
+        have = {q.id for q in p.dht.leaves.members()}
+        if have != want:
+            return False
+    return True
+
+
+async def start_local_swarm(
+    nursery: trio.Nursery,
+    n: int,
+    *,
+    schemas: SchemaRegistry | None = None,
+    config: PeerConfig | None = None,
+    seed: int = 0,
+    converge_timeout_s: float = 60.0,
+) -> list[PeerRuntime]:
+    """Start ``n`` peers on 127.0.0.1 (the first alone, the others joining through it) and
+    return once every leaf set matches the membership."""
+    if n < 1:
+        raise ValueError("a swarm needs at least one peer")
+    cfg = config or PeerConfig()
+    peers: list[PeerRuntime] = []
+    for i in range(n):
+        peer = PeerRuntime(
+            Identity.generate(),
+            schemas or builtin_schemas(),
+            _seeded(cfg, seed * 1_000_003 + i),
+        )
+        contacts = [("127.0.0.1", peers[0].address.port)] if peers else []  # type: ignore[union-attr]
+        await nursery.start(peer.run, contacts)
+        peers.append(peer)
+    with trio.fail_after(converge_timeout_s):
+        while not leaf_sets_converged(peers):
+            await trio.sleep(0.05)
+    return peers
+
+
+def _seeded(cfg: PeerConfig, seed: int) -> PeerConfig:
+    from dataclasses import replace
+
+    return replace(cfg, seed=seed)

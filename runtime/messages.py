@@ -1,0 +1,132 @@
+"""The runtime's wire messages (tags 128+): the signed envelope peers wrap every core message
+in, and the client API. Field order is the wire order; append, never reorder.
+
+Peer-to-peer frames are ``Sealed``: one core message (``body``, an encoded frame of the dht,
+multicast or pubsub layer) signed by the sender's Ed25519 key over everything before ``sig``.
+Client frames are plain requests and replies on a connection the client opened; they carry no
+signature because a client is not a peer: it can do through the peer only what the peer's public
+API allows (subscribe, publish, look at its status).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from dht.wire import U32, U63, Message, Payload, WireBytes, register
+
+Key = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
+Signature = Annotated[bytes, msgspec.Meta(max_length=64)]
+Text = Annotated[str, msgspec.Meta(max_length=4096)]
+Name = Annotated[str, msgspec.Meta(max_length=128)]
+
+
+class Sealed(Message, tag=128):
+    """One core message from peer to peer, signed. ``src`` must embed the id of ``key``
+    (SHA-1), ``dst`` must be the receiver's own address, and (``epoch``, ``seq``) must be new
+    for this sender: a frame failing any of these is refused."""
+
+    key: Key
+    src: WireBytes
+    dst: WireBytes
+    #: The sender's boot epoch (µs) and per-boot frame counter: the anti-replay window's input.
+    epoch: U63
+    seq: U63
+    body: Payload
+    sig: Signature = b""
+
+
+# ------------------------------------------------------------------------------- client API
+
+
+class Hello(Message, tag=129):
+    """Who are you? (a joining peer asks its contact; a client asks the peer it talks to)."""
+
+
+class HelloReply(Message, tag=130):
+    addr: WireBytes
+    key: Key
+    state: Name
+    schemas: list[Name]
+
+
+class SubscribeRequest(Message, tag=131):
+    req: U32
+    schema: Name
+    expr: Text
+
+
+class SubscribeReply(Message, tag=132):
+    """Sent once every piece of the subscription is stored and acknowledged (or at once, with
+    ``error`` set). ``attributes`` names the schema's attributes in event order."""
+
+    req: U32
+    sid: U32
+    attributes: list[Name]
+    error: Text = ""
+
+
+class Notification(Message, tag=133):
+    """An event delivered for the client's subscription ``sid``."""
+
+    sid: U32
+    eid: U63
+    schema: Name
+    values: list[float | None]
+
+
+class UnsubscribeRequest(Message, tag=134):
+    req: U32
+    sid: U32
+
+
+class PublishRequest(Message, tag=135):
+    """``values`` by attribute name; the peer validates them against the schema."""
+
+    req: U32
+    schema: Name
+    values: dict[Name, float | None]
+
+
+class PublishReply(Message, tag=136):
+    req: U32
+    eid: U63
+    error: Text = ""
+
+
+class StatusRequest(Message, tag=137):
+    req: U32
+
+
+class StatusReply(Message, tag=138):
+    """The peer's status as JSON text (its fields are documented in docs/runtime.md)."""
+
+    req: U32
+    json: Annotated[str, msgspec.Meta(max_length=1 << 20)]
+
+
+class Done(Message, tag=139):
+    """A request that returns nothing succeeded (``error`` empty) or failed."""
+
+    req: U32
+    error: Text = ""
+
+
+CLIENT_REQUESTS = (Hello, SubscribeRequest, UnsubscribeRequest, PublishRequest, StatusRequest)
+
+register(
+    "runtime",
+    Sealed,
+    Hello,
+    HelloReply,
+    SubscribeRequest,
+    SubscribeReply,
+    Notification,
+    UnsubscribeRequest,
+    PublishRequest,
+    PublishReply,
+    StatusRequest,
+    StatusReply,
+    Done,
+)

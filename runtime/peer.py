@@ -1,0 +1,718 @@
+"""The trio driver: one real peer running the same sans-IO cores as the simulator.
+
+Theory of operation
+-------------------
+The peer owns one ``OverlayPeer`` core (Pastry node + content-based overlay, with the multicast
+and LBDD modes its ``OverlayConfig`` selects) and feeds it the core's three inputs:
+
+* frames from the network: every connection's reader task splits the byte stream into frames,
+  applies the connection's rate limit, decodes strictly and passes signed envelopes through the
+  ``Gate`` (destination, key-id binding, signature, replay, sender field). What survives goes to
+  ``core.receive(msg, src, now)``;
+* timer firings: one task sleeps until ``core.get_timer()`` and calls ``core.handle_timer(now)``;
+* API calls: subscribe / unsubscribe / publish from clients or from Python.
+
+After every input the peer ``_pump``-s the core: encodes, signs and queues each outgoing message on
+the link to its destination, hands application events to their owners (client sessions), and
+moves the timer task's deadline forward if the core wants to be woken earlier. ``now`` is trio's
+clock; the core never sees a socket or a clock. trio runs every task on one thread and the core is
+only touched between awaits, so no locks are needed.
+
+Transport: TCP with 4-byte length-prefixed frames, one pooled outgoing connection per destination
+(``_Link``), opened on first use and closed when idle. Links are one-way: a peer sends on the
+connections it opened and reads on the ones it accepted, so a frame's sender is known from its
+signature, never from the socket. Keep-alives are the DHT's own pings over the same links (see
+docs/runtime.md for why no UDP). A link's queue is bounded: when a destination cannot keep up its
+frames are dropped and counted rather than stalling the core (the DHT's hop acks and keep-alives
+treat it as a lost message).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import trio
+
+from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from dht.node import PastryConfig, PastryNode, State
+from dht.routing import Peer
+from dht.wire import Message, codec
+from pubsub.node import (
+    EventDelivered,
+    OverlayConfig,
+    PieceStored,
+    SubscriptionInstalled,
+    SubscriptionRemoved,
+)
+from pubsub.peer import OverlayPeer
+from pubsub.schema import Schema, SchemaError, SchemaRegistry
+from pubsub.subscription import Subscription
+from runtime.guard import (
+    FrameReader,
+    FrameTooLarge,
+    Gate,
+    Rejections,
+    Sealer,
+    TokenBucket,
+    frame,
+    wire_codec,
+)
+from runtime.identity import Identity, PeerAddress, StateDir, node_id_of
+from runtime.messages import Hello, HelloReply, Sealed
+from runtime.service import ClientSession, Owner
+
+log = logging.getLogger("rangecast.peer")
+
+#: Real networks are slower and burstier than the simulator's model: a hop ack that misses its
+#: deadline declares the next hop dead for ``dead_ttl_s``, so the floor is generous.
+RUNTIME_PASTRY = PastryConfig(ack_floor_s=2.0, ack_rtt_factor=4.0)
+
+
+@dataclass(frozen=True, slots=True)
+class PeerConfig:
+    host: str = "127.0.0.1"
+    #: 0: let the OS pick a free port (the bound one is in ``PeerRuntime.address``).
+    port: int = 0
+    capacity: int = 100
+    pastry: PastryConfig = RUNTIME_PASTRY
+    overlay: OverlayConfig = field(default_factory=OverlayConfig)
+    #: Per connection: frames per second and burst before frames are dropped as a flood.
+    rate_per_s: float = 20_000.0
+    burst: float = 40_000.0
+    #: A connection that keeps flooding after this many refused frames in a row is closed.
+    flood_close_after: int = 100_000
+    #: Frames queued per destination before new ones are dropped.
+    send_queue: int = 8192
+    connect_timeout_s: float = 3.0
+    #: After a failed connect, frames to that destination are dropped for this long.
+    retry_after_s: float = 1.0
+    idle_close_s: float = 120.0
+    #: Seed of the core's random generator (ids of messages, probe choices); None: from the OS.
+    seed: int | None = None
+    #: How often the known peers are written to the state directory, for rejoining.
+    save_every_s: float = 30.0
+
+    def with_overlay(self, **kw: Any) -> PeerConfig:
+        return replace(self, overlay=replace(self.overlay, **kw))
+
+
+class _Link:
+    """The pooled outgoing connection to one destination."""
+
+    __slots__ = ("addr", "broken", "down_until", "rtt_ms", "rx", "sent", "tx")
+
+    def __init__(self, addr: PeerAddress, size: int) -> None:
+        self.addr = addr
+        self.tx, self.rx = trio.open_memory_channel[bytes](size)
+        self.rtt_ms = 1.0
+        self.down_until = -math.inf
+        self.sent = 0
+        #: The far end closed the connection (it exited, or restarted): reconnect before sending.
+        self.broken = False
+
+
+@dataclass(slots=True)
+class TransportStats:
+    frames_in: int = 0
+    frames_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    connections_in: int = 0
+    connects: int = 0
+    connect_failures: int = 0
+    #: Frames we could not send (destination unreachable, queue full, connection broke).
+    dropped_out: int = 0
+
+
+class PeerRuntime:
+    """One peer. ``await nursery.start(peer.run)`` binds, joins and returns once it routes."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        schemas: SchemaRegistry,
+        config: PeerConfig | None = None,
+        *,
+        state: StateDir | None = None,
+        epoch: int | None = None,
+    ) -> None:
+        self.identity = identity
+        self.schemas = schemas
+        self.cfg = config or PeerConfig()
+        self.state_dir = state
+        self.epoch = epoch if epoch is not None else time.time_ns() // 1000
+        seed = self.cfg.seed if self.cfg.seed is not None else int.from_bytes(os.urandom(8))
+        self.rng = random.Random(seed)
+        self.rejections = Rejections()
+        self.transport = TransportStats()
+        self.address: PeerAddress | None = None
+        self.core: OverlayPeer | None = None
+        self._links: dict[bytes, _Link] = {}
+        self._owners: dict[int, Owner] = {}
+        self._local: list[Message] = []
+        self._timer_scope = trio.CancelScope()
+        self._ready = trio.Event()
+        self._stopping = trio.Event()
+        #: Set when ``run`` has returned (after a graceful leave or a crash).
+        self.stopped = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._codec = codec()
+        self._wire = wire_codec()
+        self._gate: Gate | None = None
+        self._sealer: Sealer | None = None
+        self._started = 0.0
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    @property
+    def addr(self) -> bytes:
+        if self.address is None:
+            raise LocalProtocolError("the peer is not running yet")
+        return self.address.to_bytes()
+
+    @property
+    def dht(self) -> PastryNode:
+        if self.core is None:
+            raise LocalProtocolError("the peer is not running yet")
+        return self.core.dht
+
+    async def run(
+        self,
+        contacts: list[tuple[str, int]] | None = None,
+        *,
+        task_status: trio.TaskStatus[PeerRuntime] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Listen, join through the first of ``contacts`` that answers (or start a new overlay
+        if there are none), report started once the node routes, then serve until ``stop()``."""
+        listeners = await trio.open_tcp_listeners(self.cfg.port, host=self.cfg.host)
+        port = listeners[0].socket.getsockname()[1]
+        self.address = PeerAddress(self.identity.node_id, self.cfg.host, port)
+        addr = self.address.to_bytes()
+        dht = PastryNode(
+            self.identity.int_id, addr, self.rng, config=self.cfg.pastry, proximity=self._rtt
+        )
+        self.core = OverlayPeer(
+            dht,
+            schemas=self.schemas,
+            capacity=self.cfg.capacity,
+            rng=self.rng,
+            overlay=self.cfg.overlay,
+        )
+        self._gate = Gate(addr, self.rejections)
+        self._sealer = Sealer(self.identity, addr, self.epoch)
+        self._started = trio.current_time()
+        try:
+            await self._serve(listeners, contacts, task_status)
+        finally:
+            self.stopped.set()
+
+    async def _serve(
+        self,
+        listeners: list[trio.SocketListener],
+        contacts: list[tuple[str, int]] | None,
+        task_status: trio.TaskStatus[PeerRuntime],
+    ) -> None:
+        assert self.address is not None
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
+            nursery.start_soon(self._timer_loop)
+            log.info("peer %s listening on %s", self.identity.node_id.hex(), self.address.endpoint)
+            await self._enter(contacts or [])
+            self._save_state()
+            if self.state_dir is not None:
+                nursery.start_soon(self._save_loop)
+            task_status.started(self)
+            await self._stopping.wait()
+            await self._leave()
+            nursery.cancel_scope.cancel()
+
+    def stop(self) -> None:
+        """Leave gracefully: tell the neighbours, flush the links, return from ``run``."""
+        self._stopping.set()
+
+    def crash(self) -> None:
+        """Stop at once without telling anyone (tests of failure detection)."""
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    @property
+    def ready(self) -> bool:
+        """The peer has joined (or started) an overlay and routes."""
+        return self._ready.is_set()
+
+    async def wait_ready(self) -> None:
+        await self._ready.wait()
+
+    async def _enter(self, contacts: list[tuple[str, int]]) -> None:
+        dht = self.dht
+        if not contacts:
+            dht.start_alone(trio.current_time())
+            self._pump()
+            log.info("started a new overlay")
+            return
+        errors: list[str] = []
+        for host, port in contacts:
+            try:
+                hello = await hello_peer(host, port, self.cfg.connect_timeout_s)
+            except (OSError, RemoteProtocolError, trio.TooSlowError) as exc:
+                errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                continue
+            if hello.addr == self.addr:
+                continue
+            log.info("joining through %s", PeerAddress.from_bytes(hello.addr))
+            dht.join(hello.addr, trio.current_time())
+            self._pump()
+            while True:
+                with trio.move_on_after(1.0):
+                    await self._ready.wait()
+                if dht.state is State.READY:
+                    log.info(
+                        "joined: %d leaves, %d routing entries",
+                        len(dht.leaves.members()),
+                        sum(1 for _ in dht.table.entries()),
+                    )
+                    return
+                if dht.state is State.FAILED:
+                    break
+            # The join gave up: start over with a fresh node state through the next contact.
+            errors.append(f"{host}:{port}: join timed out")
+            raise LocalProtocolError(f"could not join: {'; '.join(errors)}")
+        raise LocalProtocolError(
+            "could not join: no contact answered (" + "; ".join(errors or ["none given"]) + ")"
+        )
+
+    async def _leave(self) -> None:
+        if self.core is None:
+            return
+        self._save_state()
+        self.core.dht.leave(trio.current_time())
+        self._pump()
+        # Flush: every link sends what it has queued (the Leave notices among it), bounded.
+        with trio.move_on_after(2.0):
+            while any(link.rx.statistics().current_buffer_used for link in self._links.values()):
+                await trio.sleep(0.02)
+        log.info("left the overlay")
+
+    # ------------------------------------------------------------------------------ the pump
+
+    def _pump(self) -> None:
+        """Move the core's outputs out: messages to links, events to owners, the timer."""
+        core = self.core
+        assert core is not None
+        while True:
+            for dst, msg in core.take_messages():
+                self._send(dst, msg)
+            for ev in core.take_events():
+                self._on_app_event(ev)
+            if not self._local:
+                break
+            # Messages to ourselves (a leaf whose subscriber is this peer) skip the network.
+            local, self._local = self._local, []
+            now = trio.current_time()
+            for msg in local:
+                core.receive(msg, self.addr, now)
+        deadline = core.get_timer()
+        if deadline is not None and deadline < self._timer_scope.deadline:
+            self._timer_scope.deadline = deadline
+        if not self._ready.is_set() and core.dht.state is State.READY:
+            self._ready.set()
+
+    def _send(self, dst: bytes, msg: Message) -> None:
+        if dst == self.addr:
+            self._local.append(msg)
+            return
+        link = self._links.get(dst)
+        if link is None:
+            try:
+                where = PeerAddress.from_bytes(dst)
+            except RemoteProtocolError:
+                # An address some peer told us about that is not one: its fault, count it.
+                self.rejections.add("unusable address learnt")
+                return
+            link = _Link(where, self.cfg.send_queue)
+            self._links[dst] = link
+            assert self._nursery is not None
+            self._nursery.start_soon(self._link_loop, link)
+        if trio.current_time() < link.down_until:
+            self.transport.dropped_out += 1
+            return
+        try:
+            body = self._codec.encode(msg)
+        except LocalProtocolError:
+            log.exception("cannot encode %s", type(msg).__name__)
+            return
+        assert self._sealer is not None
+        try:
+            link.tx.send_nowait(frame(self._sealer.seal(dst, body)))
+        except trio.WouldBlock:
+            self.transport.dropped_out += 1
+
+    def _on_app_event(self, ev: Any) -> None:
+        if isinstance(ev, EventDelivered):
+            for sid in ev.sids:
+                owner = self._owners.get(sid)
+                if owner is not None:
+                    owner.deliver(sid, ev)
+        elif isinstance(ev, SubscriptionInstalled):
+            owner = self._owners.get(ev.sid)
+            if owner is not None:
+                owner.installed(ev.sid)
+        elif isinstance(ev, SubscriptionRemoved):
+            owner = self._owners.pop(ev.sid, None)
+            if owner is not None:
+                owner.removed(ev.sid)
+        elif isinstance(ev, PieceStored):
+            pass
+
+    # ------------------------------------------------------------------------------ API calls
+
+    def subscribe(self, sub: Subscription, owner: Owner) -> int:
+        """Install ``sub`` for ``owner``; its ``installed`` is called once every piece is
+        acknowledged, its ``deliver`` for each matching event."""
+        core = self._running()
+        sid = core.overlay.subscribe(sub, trio.current_time())
+        self._owners[sid] = owner
+        self._pump()
+        return sid
+
+    def unsubscribe(self, sid: int) -> None:
+        core = self._running()
+        if sid not in self._owners:
+            raise LocalProtocolError(f"no subscription {sid} here")
+        core.overlay.unsubscribe(sid, trio.current_time())
+        self._pump()
+
+    def forget(self, sid: int) -> None:
+        """Unsubscribe without telling the owner (it went away)."""
+        if self._owners.pop(sid, None) is not None and self.core is not None:
+            try:
+                self.core.overlay.unsubscribe(sid, trio.current_time())
+            except LocalProtocolError:
+                return
+            self._pump()
+
+    def publish(self, schema: str, values: dict[str, float | None]) -> int:
+        """Validate ``values`` against the schema and publish; returns the event id."""
+        core = self._running()
+        sch: Schema = self.schemas.get(schema)
+        eid = core.overlay.publish(sch.name, sch.event(values), trio.current_time())
+        self._pump()
+        return eid
+
+    def _running(self) -> OverlayPeer:
+        if self.core is None or self.core.dht.state is not State.READY:
+            raise LocalProtocolError("the peer is not part of an overlay (not joined yet, or left)")
+        return self.core
+
+    # ------------------------------------------------------------------------------ timers
+
+    async def _timer_loop(self) -> None:
+        core = self.core
+        assert core is not None
+        while True:
+            deadline = core.get_timer()
+            self._timer_scope = trio.CancelScope(
+                deadline=deadline if deadline is not None else math.inf
+            )
+            with self._timer_scope:
+                await trio.sleep_forever()
+            now = trio.current_time()
+            core.handle_timer(now)
+            self._pump()
+
+    async def _save_loop(self) -> None:
+        while True:
+            await trio.sleep(self.cfg.save_every_s)
+            self._save_state()
+
+    def _save_state(self) -> None:
+        """Remember where we listened and whom we knew, to rejoin after a restart."""
+        if self.state_dir is None or self.core is None or self.address is None:
+            return
+        peers = [PeerAddress.from_bytes(p.addr) for p in self.core.dht.leaves.members()]
+        data = self.state_dir.read()
+        data["address"] = self.address.endpoint
+        data["known_peers"] = sorted({p.endpoint for p in peers})
+        try:
+            self.state_dir.write(data)
+        except OSError as exc:
+            log.warning("cannot write the state directory: %s", exc)
+
+    # ------------------------------------------------------------------------------ outgoing
+
+    def _rtt(self, peer: Peer) -> float:
+        link = self._links.get(peer.addr)
+        return link.rtt_ms if link is not None else 1.0
+
+    async def _link_loop(self, link: _Link) -> None:
+        async with trio.open_nursery() as watchers:
+            await self._link_send(link, watchers)
+            watchers.cancel_scope.cancel()
+
+    async def _link_send(self, link: _Link, watchers: trio.Nursery) -> None:
+        stream: trio.SocketStream | None = None
+        stats = self.transport
+        try:
+            while True:
+                with trio.move_on_after(self.cfg.idle_close_s):
+                    first = await link.rx.receive()
+                    batch = [first]
+                    while len(batch) < 256:
+                        try:
+                            batch.append(link.rx.receive_nowait())
+                        except trio.WouldBlock:
+                            break
+                    if stream is not None and link.broken:
+                        await _aclose_quietly(stream)
+                        stream = None
+                    if stream is None:
+                        t0 = trio.current_time()
+                        try:
+                            with trio.fail_after(self.cfg.connect_timeout_s):
+                                stream = await trio.open_tcp_stream(link.addr.host, link.addr.port)
+                        except (OSError, trio.TooSlowError) as exc:
+                            stats.connect_failures += 1
+                            stats.dropped_out += len(batch)
+                            link.down_until = trio.current_time() + self.cfg.retry_after_s
+                            log.debug("cannot reach %s: %s", link.addr, exc)
+                            continue
+                        stats.connects += 1
+                        link.rtt_ms = max((trio.current_time() - t0) * 1000.0, 0.05)
+                        link.broken = False
+                        watchers.start_soon(self._watch_link, link, stream)
+                    data = b"".join(batch)
+                    try:
+                        await stream.send_all(data)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        stats.dropped_out += len(batch)
+                        await _aclose_quietly(stream)
+                        stream = None
+                        continue
+                    stats.frames_out += len(batch)
+                    stats.bytes_out += len(data)
+                    link.sent += len(batch)
+                    continue
+                # Idle for idle_close_s: close, and let the next message open a fresh link.
+                if self._links.get(link.addr.to_bytes()) is link:
+                    del self._links[link.addr.to_bytes()]
+                return
+        finally:
+            if stream is not None:
+                await _aclose_quietly(stream)
+
+    async def _watch_link(self, link: _Link, stream: trio.SocketStream) -> None:
+        """Peers never answer on a connection they accepted, so anything readable on ours is
+        the far end closing it (or garbage, refused). Without this, frames written into a
+        connection whose peer restarted would vanish until TCP noticed."""
+        try:
+            while True:
+                data = await stream.receive_some(4096)
+                if not data:
+                    break
+                self.rejections.add("data on an outgoing link")
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        link.broken = True
+
+    # ------------------------------------------------------------------------------ incoming
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        stats = self.transport
+        stats.connections_in += 1
+        reader = FrameReader()
+        bucket = TokenBucket(self.cfg.rate_per_s, self.cfg.burst, trio.current_time())
+        refused_in_a_row = 0
+        session: ClientSession | None = None
+        rej = self.rejections
+        try:
+            async with trio.open_nursery() as conn_nursery:
+                async for data in stream:
+                    stats.bytes_in += len(data)
+                    try:
+                        frames = reader.feed(data)
+                    except FrameTooLarge:
+                        rej.add("oversized frame")
+                        break  # the stream cannot be resynchronised: close the connection
+                    for f in frames:
+                        stats.frames_in += 1
+                        if not bucket.allow(trio.current_time()):
+                            rej.add("rate limited")
+                            refused_in_a_row += 1
+                            if refused_in_a_row >= self.cfg.flood_close_after:
+                                rej.add("flooding connection closed")
+                                return
+                            continue
+                        refused_in_a_row = 0
+                        try:
+                            msg = self._wire.decode(f)
+                        except WireError:
+                            rej.add("malformed frame")
+                            continue
+                        if type(msg) is Sealed:
+                            self._on_sealed(msg)
+                            continue
+                        # Anything else is the client API; the connection becomes a session.
+                        if session is None:
+                            session = ClientSession(self, stream)
+                            session.start(conn_nursery)
+                        session.request(msg)
+                conn_nursery.cancel_scope.cancel()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            if session is not None:
+                session.closed()
+            await _aclose_quietly(stream)
+
+    def _on_sealed(self, env: Sealed) -> None:
+        if self.core is None or self._gate is None:
+            return
+        opened = self._gate.open(env)
+        if opened is None:
+            return
+        src, msg = opened
+        self.core.receive(msg, src, trio.current_time())
+        self._pump()
+
+    def hello_reply(self) -> HelloReply:
+        state = self.core.dht.state.value if self.core is not None else "idle"
+        return HelloReply(self.addr, self.identity.public_key, state, list(self.schemas.names()))
+
+    # ------------------------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        """What ``rangecast peer status`` shows (docs/runtime.md lists the fields)."""
+        core = self.core
+        if core is None or self.address is None:
+            return {"state": "starting"}
+        dht = core.dht
+
+        def show(p: Peer) -> str:
+            try:
+                return str(PeerAddress.from_bytes(p.addr))
+            except RemoteProtocolError:
+                return repr(p.addr)
+
+        rows = dht.table.rows
+        filled = [sum(1 for e in row if e is not None) for row in rows]
+        hosted = []
+        for schema, node in core.overlay.tree_nodes():
+            tid = node.tid
+            entry: dict[str, Any] = {
+                "schema": schema,
+                "attr": tid.attr,
+                "depth": tid.depth,
+                "path": tid.path,
+                "leaf": node.is_leaf,
+            }
+            if node.index is not None:
+                entry["subscriptions"] = len(node.index)
+            hosted.append(entry)
+        ostats = core.overlay.stats
+        return {
+            "id": self.identity.node_id.hex(),
+            "address": self.address.endpoint,
+            "state": dht.state.value,
+            "uptime_s": round(trio.current_time() - self._started, 3),
+            "leaf_set": {
+                "left": [show(p) for p in dht.leaves.left],
+                "right": [show(p) for p in dht.leaves.right],
+            },
+            "routing_table": {
+                "entries": sum(filled),
+                "rows": len(rows),
+                "per_row": filled,
+            },
+            "tree_nodes": hosted,
+            "subscriptions": len(core.overlay.subscriptions()),
+            "links": len(self._links),
+            "rejected": {
+                "total": self.rejections.total + dht.stats.malformed + ostats.malformed,
+                "runtime": dict(sorted(self.rejections.by_reason.items())),
+                "dht_malformed": dht.stats.malformed,
+                "overlay_malformed": ostats.malformed,
+            },
+            "transport": {
+                "frames_in": self.transport.frames_in,
+                "frames_out": self.transport.frames_out,
+                "bytes_in": self.transport.bytes_in,
+                "bytes_out": self.transport.bytes_out,
+                "connections_in": self.transport.connections_in,
+                "connects": self.transport.connects,
+                "connect_failures": self.transport.connect_failures,
+                "dropped_out": self.transport.dropped_out,
+            },
+            "dht": {
+                "delivered": dht.stats.delivered,
+                "forwarded": dht.stats.forwarded,
+                "reroutes": dht.stats.reroutes,
+                "peers_failed": dht.stats.peers_failed,
+                "dropped": dict(sorted(dht.stats.by_reason.items())),
+            },
+            "overlay": {
+                "stored": ostats.stored,
+                "splits": ostats.splits,
+                "matched": ostats.matched,
+                "lost": ostats.lost,
+            },
+        }
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+async def _aclose_quietly(stream: trio.abc.AsyncResource) -> None:
+    quiet = contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+    with trio.CancelScope(shield=True), trio.move_on_after(1.0), quiet:
+        await stream.aclose()
+
+
+async def _send_frame(stream: trio.abc.SendStream, payload: bytes) -> None:
+    await stream.send_all(frame(payload))
+
+
+async def read_frame(stream: trio.abc.ReceiveStream, reader: FrameReader) -> bytes:
+    """The next frame from ``stream`` (a client or a joining peer waiting for one reply)."""
+    while True:
+        frames = reader.feed(b"")
+        if frames:
+            return frames[0]
+        data = await stream.receive_some(65536)
+        if not data:
+            raise trio.BrokenResourceError("connection closed")
+        frames = reader.feed(data)
+        if frames:
+            if len(frames) > 1:
+                raise RemoteProtocolError("unexpected extra frames")
+            return frames[0]
+
+
+async def hello_peer(host: str, port: int, timeout_s: float = 3.0) -> HelloReply:
+    """Ask the peer at ``host:port`` who it is; checks that its address embeds its key's id."""
+    with trio.fail_after(timeout_s):
+        stream = await trio.open_tcp_stream(host, port)
+        try:
+            await _send_frame(stream, wire_codec().encode(Hello()))
+            raw = await read_frame(stream, FrameReader())
+        finally:
+            await _aclose_quietly(stream)
+    try:
+        reply = wire_codec().decode(raw)
+    except WireError as exc:
+        raise RemoteProtocolError(f"bad hello reply: {exc}") from None
+    if not isinstance(reply, HelloReply):
+        raise RemoteProtocolError(f"expected HelloReply, got {type(reply).__name__}")
+    if PeerAddress.from_bytes(reply.addr).node_id != node_id_of(reply.key):
+        raise RemoteProtocolError("the peer's address does not carry its key's id")
+    return reply
+
+
+__all__ = ["RUNTIME_PASTRY", "Owner", "PeerConfig", "PeerRuntime", "SchemaError", "hello_peer"]

@@ -1,0 +1,175 @@
+"""The client API on the peer's side: one ``ClientSession`` per client connection.
+
+A connection becomes a client session with its first client request. Requests are handled in
+arrival order from a table keyed by message type; replies and notifications go out through the
+session's own queue and writer task, so a slow client never blocks the peer: when its queue is
+full the session is closed (its subscriptions are removed) and the overflow counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from dht.errors import LocalProtocolError
+from dht.wire import Message
+from pubsub.node import EventDelivered
+from pubsub.schema import SchemaError
+from pubsub.subscription import parse_subscription
+from runtime.guard import frame, wire_codec
+from runtime.messages import (
+    Done,
+    Hello,
+    Notification,
+    PublishReply,
+    PublishRequest,
+    StatusReply,
+    StatusRequest,
+    SubscribeReply,
+    SubscribeRequest,
+    UnsubscribeRequest,
+)
+
+if TYPE_CHECKING:
+    from runtime.peer import PeerRuntime
+
+log = logging.getLogger("rangecast.service")
+
+#: Frames queued for one client before it counts as too slow and is disconnected.
+CLIENT_QUEUE = 65536
+
+
+class Owner:
+    """Who asked for a subscription: gets its install acknowledgement and its deliveries."""
+
+    def installed(self, sid: int) -> None: ...
+
+    def removed(self, sid: int) -> None: ...
+
+    def deliver(self, sid: int, event: EventDelivered) -> None: ...
+
+
+class ClientSession(Owner):
+    def __init__(self, peer: PeerRuntime, stream: trio.SocketStream) -> None:
+        self.peer = peer
+        self.stream = stream
+        self.tx, self.rx = trio.open_memory_channel[bytes](CLIENT_QUEUE)
+        #: sid -> the request id awaiting its install acknowledgement (None once acknowledged).
+        self.sids: dict[int, int | None] = {}
+        self._unsubscribing: dict[int, int] = {}
+        self._early: set[int] = set()
+        self._attrs: dict[str, list[str]] = {}
+        self._wire = wire_codec()
+        self._dead = False
+
+    def start(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self._writer)
+
+    async def _writer(self) -> None:
+        try:
+            async for data in self.rx:
+                await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self._dead = True
+
+    def _out(self, msg: Message) -> None:
+        if self._dead:
+            return
+        try:
+            self.tx.send_nowait(frame(self._wire.encode(msg)))
+        except trio.WouldBlock:
+            self.peer.rejections.add("client too slow, disconnected")
+            self._dead = True
+            self.tx.close()
+
+    # ---------------------------------------------------------------------------- requests
+
+    def request(self, msg: Message) -> None:
+        handler = _HANDLERS.get(type(msg))
+        if handler is None:
+            self.peer.rejections.add("unexpected message")
+            return
+        handler(self, msg)
+
+    def _hello(self, msg: Hello) -> None:
+        self._out(self.peer.hello_reply())
+
+    def _subscribe(self, msg: SubscribeRequest) -> None:
+        try:
+            schema = self.peer.schemas.get(msg.schema)
+            sub = parse_subscription(msg.expr, schema)
+            sid = self.peer.subscribe(sub, self)
+        except (SchemaError, LocalProtocolError) as exc:
+            self._out(SubscribeReply(msg.req, 0, [], str(exc)))
+            return
+        self._attrs[schema.name] = [a.name for a in schema.attributes]
+        self.sids[sid] = msg.req
+        if sid in self._early:  # acknowledged before subscribe() returned
+            self._early.discard(sid)
+            self.installed(sid)
+
+    def _unsubscribe(self, msg: UnsubscribeRequest) -> None:
+        if msg.sid not in self.sids:
+            self._out(Done(msg.req, f"no subscription {msg.sid} on this connection"))
+            return
+        self._unsubscribing[msg.sid] = msg.req
+        try:
+            self.peer.unsubscribe(msg.sid)
+        except LocalProtocolError as exc:
+            del self._unsubscribing[msg.sid]
+            self._out(Done(msg.req, str(exc)))
+
+    def _publish(self, msg: PublishRequest) -> None:
+        try:
+            eid = self.peer.publish(msg.schema, dict(msg.values))
+        except (SchemaError, LocalProtocolError) as exc:
+            self._out(PublishReply(msg.req, 0, str(exc)))
+            return
+        self._out(PublishReply(msg.req, eid))
+
+    def _status(self, msg: StatusRequest) -> None:
+        self._out(StatusReply(msg.req, json.dumps(self.peer.status())))
+
+    # ---------------------------------------------------------------------- Owner upcalls
+
+    def installed(self, sid: int) -> None:
+        if sid not in self.sids:
+            self._early.add(sid)
+            return
+        req = self.sids[sid]
+        if req is None:
+            return  # a modify's re-install; the client already knows this sid
+        self.sids[sid] = None
+        sub = self.peer.core.overlay.subscriptions().get(sid) if self.peer.core else None
+        attrs = self._attrs.get(sub.schema, []) if sub is not None else []
+        self._out(SubscribeReply(req, sid, attrs))
+
+    def removed(self, sid: int) -> None:
+        self.sids.pop(sid, None)
+        req = self._unsubscribing.pop(sid, None)
+        if req is not None:
+            self._out(Done(req))
+
+    def deliver(self, sid: int, ev: EventDelivered) -> None:
+        e = ev.event
+        self._out(Notification(sid, e.eid, e.schema, list(e.values)))
+
+    def closed(self) -> None:
+        """The client went away: its subscriptions go with it."""
+        self._dead = True
+        for sid in list(self.sids):
+            self.peer.forget(sid)
+        self.sids.clear()
+
+
+_HANDLERS: dict[type[Message], Callable[[ClientSession, Any], None]] = {
+    Hello: ClientSession._hello,
+    SubscribeRequest: ClientSession._subscribe,
+    UnsubscribeRequest: ClientSession._unsubscribe,
+    PublishRequest: ClientSession._publish,
+    StatusRequest: ClientSession._status,
+}

@@ -1,0 +1,339 @@
+"""``rangecast swarm up|status|down``: N peers on 127.0.0.1 as background processes.
+
+``up`` starts peer 0 (a new overlay), waits until it answers, then starts the others joining
+through it, and returns once every peer routes and has a full leaf set. Each peer runs
+``rangecast peer start`` with its own state directory ``DIR/peer-<i>`` (key pair, log file
+``peer.log``); ``DIR/swarm.json`` lists each peer's index, id, address, pid, state directory and
+log. ``down`` sends SIGTERM (a graceful leave), waits, SIGKILLs whatever is left and checks
+that every process is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from dht.errors import LocalProtocolError
+from runtime.identity import PeerAddress
+
+SWARM_FILE = "swarm.json"
+LEAF_SET_SIZE = 16
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) is gone for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _read(dir_: Path) -> dict[str, Any]:
+    path = dir_ / SWARM_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise LocalProtocolError(f"no swarm in {dir_} ({SWARM_FILE} not found)") from None
+    except json.JSONDecodeError as exc:
+        raise LocalProtocolError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("peers"), list):
+        raise LocalProtocolError(f"{path}: not a swarm file")
+    return data
+
+
+def _write(dir_: Path, data: dict[str, Any]) -> None:
+    tmp = dir_ / (SWARM_FILE + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, dir_ / SWARM_FILE)
+
+
+async def _probe(port: int) -> dict[str, Any] | None:
+    """A peer's status, or None if it does not answer (yet)."""
+    from runtime.client import ConnectionLost, connect
+
+    try:
+        with trio.fail_after(3.0):
+            async with connect("127.0.0.1", port) as client:
+                return await client.status()
+    except (ConnectionLost, OSError, trio.TooSlowError):
+        return None
+
+
+def _spawn(i: int, port: int, dir_: Path, join: int | None, args: argparse.Namespace) -> dict:
+    state = dir_ / f"peer-{i}"
+    state.mkdir(parents=True, exist_ok=True)
+    log_path = state / "peer.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "sim.cli",
+        "peer",
+        "start",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--state",
+        str(state),
+        "--capacity",
+        str(args.capacity),
+    ]
+    if join is not None:
+        cmd += ["--join", f"127.0.0.1:{join}"]
+    if args.schema:
+        cmd += ["--schema", args.schema]
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            start_new_session=True,  # Ctrl-C in the shell that ran `swarm up` does not reach it
+        )
+    return {
+        "index": i,
+        "id": None,
+        "address": f"127.0.0.1:{port}",
+        "pid": proc.pid,
+        "state_dir": str(state),
+        "log": str(log_path),
+    }
+
+
+def _up(args: argparse.Namespace) -> int:
+    n, base = args.n, args.base_port
+    if n < 1:
+        raise LocalProtocolError("-n must be >= 1")
+    if not (base >= 1024 and base + n - 1 <= 65535):
+        raise LocalProtocolError("ports base-port .. base-port+n-1 must lie in 1024..65535")
+    if args.schema:
+        from pubsub.schema import builtin_schemas
+
+        builtin_schemas().resolve(args.schema)  # fail now, not in N log files
+        if Path(args.schema).is_file():
+            args.schema = str(Path(args.schema).resolve())
+    dir_ = Path(args.dir)
+    if (dir_ / SWARM_FILE).exists():
+        old = _read(dir_)
+        running = [p for p in old["peers"] if isinstance(p.get("pid"), int) and _alive(p["pid"])]
+        if running:
+            raise LocalProtocolError(
+                f"a swarm is already running in {dir_} ({len(running)} peers); "
+                f"stop it with: rangecast swarm down --dir {dir_}"
+            )
+    busy = [base + i for i in range(n) if not _port_free(base + i)]
+    if busy:
+        raise LocalProtocolError(
+            f"ports in use: {', '.join(map(str, busy[:10]))}; choose another --base-port"
+        )
+    dir_.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = {"created": time.time(), "schema": args.schema or "thesis", "peers": []}
+    t0 = time.monotonic()
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(f"swarm: {msg} ({time.monotonic() - t0:.1f} s)", file=sys.stderr, flush=True)
+
+    async def wait_for(indices: list[int], full: bool, timeout: float) -> dict[int, dict]:
+        """Wait until the peers answer as ready (with a full leaf set if ``full``)."""
+        want = min(n - 1, LEAF_SET_SIZE)
+        done: dict[int, dict] = {}
+        deadline = trio.current_time() + timeout
+        while trio.current_time() < deadline:
+            for i in indices:
+                if i in done:
+                    continue
+                pid = data["peers"][i]["pid"]
+                if not _alive(pid):
+                    raise LocalProtocolError(
+                        f"peer {i} exited; see its log {data['peers'][i]['log']}"
+                    )
+                st = await _probe(base + i)
+                if st is None or st.get("state") != "ready":
+                    continue
+                members = {*st["leaf_set"]["left"], *st["leaf_set"]["right"]}
+                if full and len(members) < want:
+                    continue
+                done[i] = st
+            if len(done) == len(indices):
+                return done
+            progress(f"{len(done)}/{len(indices)} peers ready")
+            await trio.sleep(0.5)
+        missing = [i for i in indices if i not in done]
+        raise LocalProtocolError(
+            f"peers {missing} did not join within {timeout:.0f} s; see their logs in {dir_}"
+        )
+
+    async def main() -> None:
+        data["peers"].append(_spawn(0, base, dir_, None, args))
+        _write(dir_, data)
+        await wait_for([0], False, args.timeout)
+        progress("peer 0 up")
+        for i in range(1, n):
+            data["peers"].append(_spawn(i, base + i, dir_, base, args))
+            _write(dir_, data)
+            # Joins are paced so the bootstrap peer is not asked by every joiner at once.
+            await trio.sleep(0.05)
+        statuses = await wait_for(list(range(n)), True, args.timeout)
+        for i, st in statuses.items():
+            data["peers"][i]["id"] = st["id"]
+        _write(dir_, data)
+
+    try:
+        trio.run(main)
+    except BaseException:
+        # Leave nothing half-started behind.
+        _stop_all(data.get("peers", []), quiet=True)
+        with contextlib.suppress(OSError):
+            _write(dir_, data)
+        raise
+    progress(f"{n} peers up")
+    print(json.dumps({"swarm": str(dir_ / SWARM_FILE), "peers": n}))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    dir_ = Path(args.dir)
+    data = _read(dir_)
+
+    async def main() -> list[dict[str, Any]]:
+        rows = []
+        for p in data["peers"]:
+            port = int(str(p["address"]).rsplit(":", 1)[1])
+            alive = isinstance(p.get("pid"), int) and _alive(p["pid"])
+            st = await _probe(port) if alive else None
+            rows.append(
+                {
+                    "index": p["index"],
+                    "id": p.get("id"),
+                    "address": p["address"],
+                    "pid": p["pid"],
+                    "process": "running" if alive else "gone",
+                    "state": st["state"] if st else None,
+                    "leaf_set": len({*st["leaf_set"]["left"], *st["leaf_set"]["right"]})
+                    if st
+                    else None,
+                    "routing_entries": st["routing_table"]["entries"] if st else None,
+                    "tree_nodes": len(st["tree_nodes"]) if st else None,
+                    "rejected": st["rejected"]["total"] if st else None,
+                }
+            )
+        return rows
+
+    rows = trio.run(main)
+    if args.json:
+        print(json.dumps({"peers": rows}, indent=2))
+    else:
+        print(
+            f"{'#':>3} {'id':<12} {'address':<16} {'pid':>7} {'process':<8} {'state':<6} "
+            f"{'leaves':>6} {'routes':>6} {'tree':>5} {'rejected':>8}"
+        )
+        for r in rows:
+            print(
+                f"{r['index']:>3} {(r['id'] or '?')[:12]:<12} {r['address']:<16} {r['pid']:>7} "
+                f"{r['process']:<8} {r['state'] or '-':<6} {_dash(r['leaf_set']):>6} "
+                f"{_dash(r['routing_entries']):>6} {_dash(r['tree_nodes']):>5} "
+                f"{_dash(r['rejected']):>8}"
+            )
+    healthy = all(r["process"] == "running" and r["state"] == "ready" for r in rows)
+    return 0 if healthy else 1
+
+
+def _dash(v: object) -> str:
+    return "-" if v is None else str(v)
+
+
+def _stop_all(peers: list[dict[str, Any]], quiet: bool = False, grace_s: float = 10.0) -> list:
+    pids = [p["pid"] for p in peers if isinstance(p.get("pid"), int) and _alive(p["pid"])]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    killed = [p for p in pids if _alive(p)]
+    for pid in killed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    left = [p for p in pids if _alive(p)]
+    if left and not quiet:
+        raise LocalProtocolError(f"processes still running after SIGKILL: {left}")
+    return killed
+
+
+def _down(args: argparse.Namespace) -> int:
+    dir_ = Path(args.dir)
+    data = _read(dir_)
+    killed = _stop_all(data["peers"], grace_s=args.grace)
+    for p in data["peers"]:
+        p["pid_exited"] = p.get("pid")
+    data["stopped"] = time.time()
+    _write(dir_, data)
+    print(
+        json.dumps(
+            {"stopped": len(data["peers"]), "killed_after_grace": len(killed), "dir": str(dir_)}
+        )
+    )
+    return 0
+
+
+def peer_address(entry: dict[str, Any]) -> PeerAddress | None:
+    if not entry.get("id"):
+        return None
+    host, port = str(entry["address"]).rsplit(":", 1)
+    return PeerAddress(bytes.fromhex(entry["id"]), host, int(port))
+
+
+def add_swarm_parser(top: Any) -> None:
+    swarm = top.add_parser("swarm", help="a local swarm of peers as background processes")
+    acts = swarm.add_subparsers(dest="swarm_command", required=True, metavar="ACTION")
+    up = acts.add_parser(
+        "up",
+        help="start N peers on 127.0.0.1; returns once all have joined",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    up.add_argument("-n", type=int, required=True, help="number of peers")
+    up.add_argument("--dir", required=True, help="swarm directory (state, logs, swarm.json)")
+    up.add_argument("--base-port", type=int, default=7400, help="peer i listens on base-port + i")
+    up.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
+    up.add_argument("--capacity", type=int, default=100, help="leaf capacity before a split")
+    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the joins")
+    up.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    up.set_defaults(func=_up)
+    st = acts.add_parser("status", help="each peer's process and overlay state")
+    st.add_argument("--dir", required=True)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_status)
+    down = acts.add_parser("down", help="stop every peer (graceful leave, then SIGKILL)")
+    down.add_argument("--dir", required=True)
+    down.add_argument("--grace", type=float, default=10.0, help="seconds before SIGKILL")
+    down.set_defaults(func=_down)
