@@ -13,7 +13,11 @@ from runtime.peer import PeerConfig, PeerRuntime
 
 def leaf_sets_converged(peers: list[PeerRuntime]) -> bool:
     """Whether every running peer's leaf set is exactly what the whole membership implies."""
-    live = [p for p in peers if p.core is not None and p.core.dht.state.value == "ready"]
+    live = [
+        p
+        for p in peers
+        if p.core is not None and p.core.dht.state.value == "ready" and not p.stopped.is_set()
+    ]
     if not live:
         return False
     half = live[0].cfg.pastry.leaf_set_size // 2

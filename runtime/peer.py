@@ -86,7 +86,7 @@ class PeerConfig:
     #: Per connection: frames per second and burst before frames are dropped as a flood.
     rate_per_s: float = 20_000.0
     burst: float = 40_000.0
-    #: A connection that keeps flooding after this many refused frames in a row is closed.
+    #: A connection that has had this many frames refused by the rate limit is closed.
     flood_close_after: int = 100_000
     #: Frames queued per destination before new ones are dropped.
     send_queue: int = 8192
@@ -529,7 +529,7 @@ class PeerRuntime:
         stats.connections_in += 1
         reader = FrameReader()
         bucket = TokenBucket(self.cfg.rate_per_s, self.cfg.burst, trio.current_time())
-        refused_in_a_row = 0
+        rate_limited = 0
         session: ClientSession | None = None
         rej = self.rejections
         try:
@@ -545,12 +545,11 @@ class PeerRuntime:
                         stats.frames_in += 1
                         if not bucket.allow(trio.current_time()):
                             rej.add("rate limited")
-                            refused_in_a_row += 1
-                            if refused_in_a_row >= self.cfg.flood_close_after:
+                            rate_limited += 1
+                            if rate_limited >= self.cfg.flood_close_after:
                                 rej.add("flooding connection closed")
                                 return
                             continue
-                        refused_in_a_row = 0
                         try:
                             msg = self._wire.decode(f)
                         except WireError:

@@ -73,3 +73,45 @@ def test_sixteen_peers_deliver_exactly_what_the_oracle_expects() -> None:
         duplicates += sum(n - 1 for n in have.values() if n > 1)
     assert (missed, duplicates, false) == (0, 0, 0)
     assert sum(len(c) for c in got.values()) > 1000  # the workload really matches
+
+
+def test_a_crashed_peer_is_detected_by_keepalives_and_the_rest_still_deliver() -> None:
+    from dataclasses import replace
+
+    from runtime.inprocess import leaf_sets_converged
+    from runtime.peer import RUNTIME_PASTRY, PeerConfig
+
+    fast = PeerConfig(pastry=replace(RUNTIME_PASTRY, keepalive_s=0.5, fail_after_s=1.5))
+    names = [a.name for a in THESIS_SCHEMA.attributes]
+
+    async def main() -> tuple[bool, list[int], int]:
+        async with trio.open_nursery() as nursery:
+            peers = await start_local_swarm(nursery, 6, seed=9, config=fast)
+            victim = peers[4]
+            victim.crash()  # no Leave: only the keep-alives can tell
+            await victim.stopped.wait()
+            with trio.move_on_after(60):  # guard against a hang
+                while not leaf_sets_converged(peers):
+                    await trio.sleep(0.1)
+            converged = leaf_sets_converged(peers)
+            failed = [p.dht.stats.peers_failed for p in peers if p is not victim]
+            got = 0
+            async with (
+                connect("127.0.0.1", peers[1].address.port) as a,  # type: ignore[union-attr]
+                connect("127.0.0.1", peers[2].address.port) as b,  # type: ignore[union-attr]
+            ):
+                sub = await a.subscribe("Attr1 >= 0")
+                await b.publish(dict(zip(names, (1.0, 2.0, 3.0, 4.0), strict=True)))
+                with trio.move_on_after(30):
+                    async for _ in sub:
+                        got += 1
+                        break
+            for p in peers:
+                if p is not victim:
+                    p.stop()
+            return converged, failed, got
+
+    converged, failed, got = trio.run(main)
+    assert converged
+    assert sum(failed) >= 1  # its neighbours declared it failed
+    assert got == 1

@@ -1,0 +1,235 @@
+"""A peer under attack on real sockets: 100,000 random, mutated, truncated, replayed and forged
+frames, an oversized one and a flood. It must stay up, keep routing and delivering exactly what
+the oracle expects, and count every refusal."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import trio
+
+from dht.errors import WireError
+from dht.messages import HopAck, Ping
+from dht.wire import Handle, codec
+from pubsub.schema import THESIS_SCHEMA
+from runtime.client import ClientSubscription, connect
+from runtime.guard import MAX_WIRE_FRAME, Sealer, frame, wire_codec
+from runtime.identity import Identity, PeerAddress
+from runtime.inprocess import start_local_swarm
+from runtime.messages import Sealed
+from runtime.peer import PeerConfig, PeerRuntime
+from sim.workload import thesis_workload
+
+FRAMES = 100_000
+CONNECTIONS = 10
+
+
+def _client_requests(frames: list[bytes]) -> int:
+    """Random bytes now and then spell a well-formed client request (``Hello`` is three bytes):
+    the peer rightly answers those; everything else must be refused."""
+    n = 0
+    for f in frames:
+        try:
+            if type(wire_codec().decode(f[4:])) is not Sealed:
+                n += 1
+        except WireError:
+            pass
+    return n
+
+
+def _attack_frames(target: bytes, rng: random.Random) -> tuple[list[bytes], list[bytes]]:
+    """Length-prefixed frames: garbage, mutations and truncations of validly signed frames,
+    replays, and forgeries (another peer's address, another peer's name in the message); and
+    the valid frames themselves, sent (and accepted) once before the attack replays them."""
+    mallory = Identity.generate()
+    m_addr = PeerAddress(mallory.node_id, "127.0.0.1", 9).to_bytes()
+    sealer = Sealer(mallory, m_addr, 1)
+    valid = [sealer.seal(target, codec().encode(HopAck(rng.getrandbits(63)))) for _ in range(64)]
+    victim = Identity.generate()
+    v_addr = PeerAddress(victim.node_id, "127.0.0.1", 10).to_bytes()
+    # Signed by Mallory but claiming the victim's address (whose id is the victim's).
+    impostor = Sealer(mallory, v_addr, 1)
+    # Signed by Mallory, from her own address, but the Ping names the victim as its sender.
+    ping_as_victim = codec().encode(Ping(Handle(victim.node_id, v_addr)))
+    out: list[bytes] = []
+    for i in range(FRAMES):
+        kind = i % 10
+        if kind < 3:  # random bytes
+            out.append(frame(rng.randbytes(rng.randrange(1, 200))))
+        elif kind < 6:  # a valid frame with bytes flipped, inserted or deleted
+            f = bytearray(rng.choice(valid))
+            for _ in range(rng.randrange(1, 4)):
+                pos = rng.randrange(len(f))
+                op = rng.randrange(3)
+                if op == 0:
+                    f[pos] ^= 1 << rng.randrange(8)
+                elif op == 1:
+                    f.insert(pos, rng.randrange(256))
+                else:
+                    del f[pos]
+            out.append(frame(bytes(f)))
+        elif kind == 6:  # truncated
+            f = rng.choice(valid)
+            out.append(frame(f[: rng.randrange(1, len(f))]))
+        elif kind == 7:  # replayed (each valid frame was sent once already, or will be)
+            out.append(frame(rng.choice(valid)))
+        elif kind == 8:
+            out.append(frame(impostor.seal(target, codec().encode(HopAck(i)))))
+        else:
+            out.append(frame(sealer.seal(target, ping_as_victim)))
+    return [frame(f) for f in valid], out
+
+
+async def _deliveries_match_oracle(peers: list[PeerRuntime], seed: int) -> tuple[int, int, int]:
+    """Subscribe through two peers (the target among them), publish through the target and
+    another, and return (missed, duplicates, false positives) against brute-force matching."""
+    rng = random.Random(seed)
+    workload = thesis_workload(random.Random(seed + 1))
+    subs = [workload.subscription(rng) for _ in range(40)]
+    events = [workload.event(rng) for _ in range(60)]
+    names = [a.name for a in THESIS_SCHEMA.attributes]
+    got: dict[int, Counter[int]] = {k: Counter() for k in range(len(subs))}
+    eids: list[int] = []
+
+    async def collect(k: int, sub: ClientSubscription) -> None:
+        async for d in sub:
+            got[k][d.eid] += 1
+
+    target, other = peers[0].address, peers[2].address
+    assert target is not None and other is not None
+    async with (
+        connect("127.0.0.1", target.port) as a,
+        connect("127.0.0.1", other.port) as b,
+        trio.open_nursery() as readers,
+    ):
+        for k, s in enumerate(subs):
+            handle = await (a if k % 2 else b).subscribe(s.describe(THESIS_SCHEMA))
+            readers.start_soon(collect, k, handle)
+        for j, values in enumerate(events):
+            eids.append(await (a if j % 2 else b).publish(dict(zip(names, values, strict=True))))
+        want = {
+            k: {e for e, v in zip(eids, events, strict=True) if s.matches(v, "strict")}
+            for k, s in enumerate(subs)
+        }
+        total = sum(len(w) for w in want.values())
+        with trio.move_on_after(60):  # a guard against a hang, not a timing assertion
+            while sum(sum(c.values()) for c in got.values()) < total:
+                await trio.sleep(0.05)
+        await trio.sleep(0.5)
+        readers.cancel_scope.cancel()
+    missed = sum(len(want[k] - set(got[k])) for k in want)
+    false = sum(len(set(got[k]) - want[k]) for k in want)
+    dups = sum(n - 1 for c in got.values() for n in c.values() if n > 1)
+    return missed, dups, false
+
+
+def test_a_peer_under_attack_keeps_serving_and_counts_every_refusal() -> None:
+    report: dict[str, object] = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            peers = await start_local_swarm(nursery, 5, seed=3)
+            target = peers[0]
+            assert target.address is not None
+            originals, frames = _attack_frames(target.addr, random.Random(3))
+            stream = await trio.open_tcp_stream("127.0.0.1", target.address.port)
+            async with stream:
+                await stream.send_all(b"".join(originals))
+                with trio.move_on_after(30):
+                    while target.transport.frames_in < len(originals):
+                        await trio.sleep(0.01)
+            assert target.rejections.total == 0  # the originals are valid: accepted
+            before_in = target.transport.frames_in
+
+            async def attack(chunk: list[bytes]) -> None:
+                stream = await trio.open_tcp_stream("127.0.0.1", target.address.port)
+                async with stream:
+                    for k in range(0, len(chunk), 500):
+                        await stream.send_all(b"".join(chunk[k : k + 500]))
+                    await stream.send_eof()
+                    # The peer never answers on it: wait for it to finish reading and close.
+                    while await stream.receive_some(4096):
+                        pass
+
+            per = len(frames) // CONNECTIONS
+            async with trio.open_nursery() as attackers:
+                for c in range(CONNECTIONS):
+                    attackers.start_soon(attack, frames[c * per : (c + 1) * per])
+            # Wait until every attack frame has been refused (a guard against a hang: if some
+            # frame were accepted instead, the count below comes up short and the test fails).
+            expected = FRAMES - _client_requests(frames)
+            report["expected_refusals"] = expected
+            with trio.move_on_after(120):
+                while target.rejections.total < expected:
+                    await trio.sleep(0.05)
+            # An oversized frame: the connection is closed, the peer goes on.
+            stream = await trio.open_tcp_stream("127.0.0.1", target.address.port)
+            async with stream:
+                await stream.send_all((MAX_WIRE_FRAME + 1).to_bytes(4, "big") + b"\0" * 64)
+                with trio.move_on_after(10):
+                    while await stream.receive_some(4096):
+                        pass
+            report["after_attack"] = dict(target.rejections.by_reason)
+            report["frames"] = target.transport.frames_in - before_in
+            report["oracle"] = await _deliveries_match_oracle(peers, seed=30)
+            report["status"] = target.status()
+            for p in peers:
+                p.stop()
+
+    trio.run(main)
+    reasons = report["after_attack"]
+    assert isinstance(reasons, dict)
+    assert report["frames"] >= FRAMES  # the attack, plus the swarm's own keep-alives
+    # Every attack frame was refused, for a reason that says what was wrong with it.
+    refused = sum(v for k, v in reasons.items() if k != "oversized frame")
+    assert refused == report["expected_refusals"] > FRAMES - 100
+    assert reasons["oversized frame"] == 1
+    for reason in (
+        "malformed frame",
+        "bad signature",
+        "replayed",
+        "id does not match key",
+        "sender field is not the signer",
+    ):
+        assert reasons.get(reason, 0) > 0, reason
+    assert report["oracle"] == (0, 0, 0)
+    status = report["status"]
+    assert isinstance(status, dict)
+    assert status["state"] == "ready"
+    assert status["rejected"]["total"] >= report["expected_refusals"]
+
+
+def test_a_flooding_connection_is_rate_limited_and_closed() -> None:
+    async def main() -> dict[str, int]:
+        async with trio.open_nursery() as nursery:
+            cfg = PeerConfig(rate_per_s=100.0, burst=200.0, flood_close_after=5_000)
+            peers = await start_local_swarm(nursery, 2, seed=4, config=cfg)
+            target = peers[0]
+            assert target.address is not None
+            junk = frame(b"\x01\x90")  # an empty MessagePack array: malformed, but cheap
+            stream = await trio.open_tcp_stream("127.0.0.1", target.address.port)
+            async with stream:
+                try:
+                    for _ in range(20):
+                        await stream.send_all(junk * 1000)
+                except trio.BrokenResourceError:
+                    pass  # closed on us: the point
+                with trio.move_on_after(10):
+                    try:
+                        while await stream.receive_some(4096):
+                            pass
+                    except trio.BrokenResourceError:
+                        pass
+            # The swarm still works: the target answers a client.
+            async with connect("127.0.0.1", target.address.port) as client:
+                st = await client.status()
+            for p in peers:
+                p.stop()
+            assert st["state"] == "ready"
+            return dict(target.rejections.by_reason)
+
+    reasons = trio.run(main)
+    assert reasons["rate limited"] >= 5_000
+    assert reasons["flooding connection closed"] == 1
+    assert reasons.get("malformed frame", 0) <= 1_000  # only what the bucket let through

@@ -1,0 +1,168 @@
+"""The real-peer command line as a user types it: ``swarm up``, ``subscribe``, ``publish``,
+``peer status``, ``swarm status``, a peer restarted from its state directory, ``swarm down``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+RANGECAST = [sys.executable, "-m", "sim.cli"]
+
+
+def rc(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RANGECAST, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _free_base(n: int) -> int:
+    rng = random.Random(os.getpid())
+    for _ in range(50):
+        base = rng.randrange(20_000, 60_000)
+        ok = True
+        for port in range(base, base + n + 1):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    pytest.skip("no free port range")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] == "Z"
+    return False
+
+
+def _wait(cond, timeout: float = 60.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_the_swarm_command_line_end_to_end(tmp_path: Path) -> None:
+    n = 4
+    base = _free_base(n)
+    swarm_dir = tmp_path / "swarm"
+    up = rc("swarm", "up", "-n", str(n), "--dir", str(swarm_dir), "--base-port", str(base))
+    assert up.returncode == 0, up.stderr
+    info = json.loads((swarm_dir / "swarm.json").read_text())
+    pids = [p["pid"] for p in info["peers"]]
+    restarted: subprocess.Popen[str] | None = None
+    try:
+        assert [p["address"] for p in info["peers"]] == [f"127.0.0.1:{base + i}" for i in range(n)]
+        assert all(len(p["id"]) == 40 for p in info["peers"])
+        status = rc("swarm", "status", "--dir", str(swarm_dir), "--json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        rows = json.loads(status.stdout)["peers"]
+        assert all(r["process"] == "running" and r["state"] == "ready" for r in rows)
+        assert all(r["leaf_set"] == n - 1 for r in rows)
+
+        # Subscribe through peer 1; publish through peers 2 and 3.
+        sub = subprocess.Popen(
+            [
+                *RANGECAST,
+                "subscribe",
+                "--via",
+                f"127.0.0.1:{base + 1}",
+                "Attr1 between 10 and 20 and Attr4 < 100",
+                "--count",
+                "2",
+                "--timeout",
+                "60",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert sub.stdout is not None
+        first = json.loads(sub.stdout.readline())
+        assert set(first) == {"subscribed"} and first["subscribed"] >= 1
+        published = []
+        for via, values in (
+            (2, ["Attr1=15", "Attr2=0", "Attr3=1", "Attr4=2"]),
+            (3, ["Attr1=150", "Attr2=0", "Attr3=1", "Attr4=2"]),  # does not match
+            (3, ["Attr1=12.5", "Attr2=-3", "Attr3=7", "Attr4=99"]),
+        ):
+            pub = rc("publish", "--via", f"127.0.0.1:{base + via}", *values)
+            assert pub.returncode == 0, pub.stderr
+            published.append(json.loads(pub.stdout)["published"])
+        out, err = sub.communicate(timeout=90)
+        assert sub.returncode == 0, err
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert {d["event"] for d in lines} == {published[0], published[2]}
+        assert len(lines) == 2
+        assert lines[0]["sid"] == first["subscribed"]
+        assert set(lines[0]["values"]) == {"Attr1", "Attr2", "Attr3", "Attr4"}
+
+        # Mistakes get one clear line and exit status 2, not a traceback.
+        bad = rc("publish", "--via", f"127.0.0.1:{base}", "Attr9=1")
+        assert bad.returncode == 2 and "unknown attribute 'Attr9'" in bad.stderr
+        bad = rc("subscribe", "--via", f"127.0.0.1:{base}", "Attr1 >< 3", "--timeout", "1")
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr
+        bad = rc("peer", "status", "--via", f"127.0.0.1:{base + n}")  # nobody there
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+        st = rc("peer", "status", "--via", f"127.0.0.1:{base}", "--json")
+        assert st.returncode == 0, st.stderr
+        peer0 = json.loads(st.stdout)
+        assert peer0["id"] == info["peers"][0]["id"]
+        assert len({*peer0["leaf_set"]["left"], *peer0["leaf_set"]["right"]}) == n - 1
+        assert peer0["routing_table"]["entries"] >= 1
+        assert {"tree_nodes", "rejected"} <= set(peer0)
+        text = rc("peer", "status", "--via", f"127.0.0.1:{base}")
+        assert "leaf set" in text.stdout and "rejected" in text.stdout
+
+        # Restart peer 3 from its state directory alone: same id, same address, rejoins.
+        old = info["peers"][3]
+        os.kill(old["pid"], signal.SIGTERM)
+        assert _wait(lambda: _gone(old["pid"]))
+        restarted = subprocess.Popen(
+            [*RANGECAST, "peer", "start", "--state", old["state_dir"]],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert restarted.stdout is not None
+        hello = json.loads(restarted.stdout.readline())
+        assert hello == {"id": old["id"], "address": old["address"]}
+
+        def rejoined() -> bool:
+            r = rc("peer", "status", "--via", old["address"], "--json")
+            if r.returncode != 0:
+                return False
+            s = json.loads(r.stdout)
+            return len({*s["leaf_set"]["left"], *s["leaf_set"]["right"]}) == n - 1
+
+        assert _wait(rejoined)
+        r0 = json.loads(rc("peer", "status", "--via", f"127.0.0.1:{base}", "--json").stdout)
+        assert any(old["id"][:12] in p for p in r0["leaf_set"]["left"] + r0["leaf_set"]["right"])
+    finally:
+        if restarted is not None:
+            restarted.send_signal(signal.SIGTERM)
+            restarted.wait(timeout=30)
+        down = rc("swarm", "down", "--dir", str(swarm_dir))
+    assert down.returncode == 0, down.stderr
+    assert all(_gone(pid) for pid in pids)
+    assert restarted is None or restarted.returncode == 0
