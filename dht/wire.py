@@ -47,6 +47,9 @@ Payload = Annotated[bytes, msgspec.Meta(max_length=MAX_FRAME_BYTES)]
 U8 = Annotated[int, msgspec.Meta(ge=0, le=255)]
 U16 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFF)]
 U32 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFFFFFF)]
+#: A finite float: NaN and infinities from the network are refused by the decoder, so no core
+#: ever compares against NaN or turns an infinity into a zone number.
+Finite = Annotated[float, msgspec.Meta(ge=-1.7976931348623157e308, le=1.7976931348623157e308)]
 #: Unique ids drawn by cores are 63-bit so they fit MessagePack's signed range.
 U63 = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 

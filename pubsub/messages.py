@@ -18,7 +18,7 @@ from typing import Annotated
 import msgspec
 
 from dht.errors import LocalProtocolError
-from dht.wire import U8, U63, Handle, Message, register
+from dht.wire import U8, U63, Finite, Handle, Message, register
 
 U16 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFF)]
 U32 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFFFFFF)]
@@ -42,8 +42,8 @@ class Pred(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """One predicate: attribute index, bounds, and openness (bit 0: lower open, bit 1: upper)."""
 
     attr: U8
-    lo: float
-    hi: float
+    lo: Finite
+    hi: Finite
     flags: U8
 
 
@@ -59,10 +59,10 @@ class StoredSub(msgspec.Struct, frozen=True, array_like=True, gc=False):
     base: U8
     piece: U16
     pieces: U16
-    piece_lo: float
-    piece_hi: float
-    x: float
-    y: float
+    piece_lo: Finite
+    piece_hi: Finite
+    x: Finite
+    y: Finite
 
 
 class Event(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -70,7 +70,7 @@ class Event(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
     eid: U63
     schema: Name
-    values: list[float | None]
+    values: list[Finite | None]
 
 
 class ProbeSub(Message, tag=64):

@@ -225,23 +225,50 @@ _CORE_LAYER_END = 128
 
 
 class Gate:
-    """Checks incoming envelopes for one peer: destination, key-id binding, signature, replay,
-    body, and that the message's own sender field is the signer."""
+    """Checks incoming envelopes for one peer: destination, key-id binding, signature, the
+    sender's rate, replay, body, and that the message's own sender field is the signer.
 
-    __slots__ = ("_codec", "_keys", "addr", "core_types", "rejections", "replay")
+    The per-sender rate limit complements the per-connection one: a peer that spreads a flood
+    over many connections is still one signer. It applies after the signature (so nobody can
+    spend another peer's allowance) and before the replay window (so a dropped frame leaves no
+    trace)."""
 
-    def __init__(self, addr: bytes, rejections: Rejections, replay: ReplayWindow | None = None):
+    __slots__ = (
+        "_buckets",
+        "_codec",
+        "_keys",
+        "addr",
+        "burst",
+        "core_types",
+        "rate",
+        "rejections",
+        "replay",
+    )
+
+    def __init__(
+        self,
+        addr: bytes,
+        rejections: Rejections,
+        replay: ReplayWindow | None = None,
+        *,
+        rate_per_s: float = 20_000.0,
+        burst: float = 40_000.0,
+    ):
         self.addr = addr
         self.rejections = rejections
         self.replay = replay or ReplayWindow()
+        self.rate = rate_per_s
+        self.burst = burst
+        self._buckets: OrderedDict[bytes, TokenBucket] = OrderedDict()
         self._codec: Codec = codec()
         self.core_types = frozenset(
             cls for tag, cls in registered().items() if tag < _CORE_LAYER_END
         )
         self._keys: OrderedDict[bytes, Ed25519PublicKey] = OrderedDict()
 
-    def open(self, env: Sealed) -> tuple[bytes, Message] | None:
-        """The (sender address, core message) inside ``env``, or None (and a counted reason)."""
+    def open(self, env: Sealed, now: float = 0.0) -> tuple[bytes, Message] | None:
+        """The (sender address, core message) inside ``env``, or None (and a counted reason).
+        ``now`` (seconds, the driver's clock) drives the per-sender rate limit."""
         rej = self.rejections
         if env.dst != self.addr:
             rej.add("wrong destination")
@@ -256,6 +283,16 @@ class Gate:
             return None
         if not self._verify(env):
             rej.add("bad signature")
+            return None
+        bucket = self._buckets.get(src.node_id)
+        if bucket is None:
+            bucket = self._buckets[src.node_id] = TokenBucket(self.rate, self.burst, now)
+            if len(self._buckets) > 4096:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(src.node_id)
+        if not bucket.allow(now):
+            rej.add("sender rate limited")
             return None
         if not self.replay.accept(src.node_id, env.epoch, env.seq):
             rej.add("replayed")

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import msgspec
 
-from dht.wire import U32, U63, Message, Payload, WireBytes, register
+from dht.wire import U32, U63, Finite, Message, Payload, WireBytes, register
 
 Key = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
 Signature = Annotated[bytes, msgspec.Meta(max_length=64)]
@@ -73,7 +73,7 @@ class Notification(Message, tag=133):
     sid: U32
     eid: U63
     schema: Name
-    values: list[float | None]
+    values: list[Finite | None]
 
 
 class UnsubscribeRequest(Message, tag=134):
@@ -86,7 +86,7 @@ class PublishRequest(Message, tag=135):
 
     req: U32
     schema: Name
-    values: dict[Name, float | None]
+    values: dict[Name, Finite | None]
 
 
 class PublishReply(Message, tag=136):

@@ -83,7 +83,8 @@ class PeerConfig:
     capacity: int = 100
     pastry: PastryConfig = RUNTIME_PASTRY
     overlay: OverlayConfig = field(default_factory=OverlayConfig)
-    #: Per connection: frames per second and burst before frames are dropped as a flood.
+    #: Per connection, and per signing peer: frames per second and burst before frames are
+    #: dropped as a flood.
     rate_per_s: float = 20_000.0
     burst: float = 40_000.0
     #: A connection that has had this many frames refused by the rate limit is closed.
@@ -205,7 +206,9 @@ class PeerRuntime:
             rng=self.rng,
             overlay=self.cfg.overlay,
         )
-        self._gate = Gate(addr, self.rejections)
+        self._gate = Gate(
+            addr, self.rejections, rate_per_s=self.cfg.rate_per_s, burst=self.cfg.burst
+        )
         self._sealer = Sealer(self.identity, addr, self.epoch)
         self._started = trio.current_time()
         try:
@@ -574,11 +577,12 @@ class PeerRuntime:
     def _on_sealed(self, env: Sealed) -> None:
         if self.core is None or self._gate is None:
             return
-        opened = self._gate.open(env)
+        now = trio.current_time()
+        opened = self._gate.open(env, now)
         if opened is None:
             return
         src, msg = opened
-        self.core.receive(msg, src, trio.current_time())
+        self.core.receive(msg, src, now)
         self._pump()
 
     def hello_reply(self) -> HelloReply:

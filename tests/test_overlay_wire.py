@@ -62,7 +62,7 @@ u16 = st.integers(0, 0xFFFF)
 u32 = st.integers(0, 0xFFFFFFFF)
 u63 = st.integers(0, (1 << 63) - 1)
 depths = st.integers(0, 62)
-finite = st.floats(allow_nan=False)
+finite = st.floats(allow_nan=False, allow_infinity=False)
 names = st.one_of(st.just("thesis"), st.text(min_size=1, max_size=64))
 handles = st.builds(Handle, st.binary(min_size=20, max_size=20), st.binary(min_size=6, max_size=6))
 refs = st.builds(Ref, names, u8, depths, u63)
@@ -543,3 +543,14 @@ def test_a_multicast_target_keeps_its_scope_through_the_codec(
     )
     with pytest.raises(LocalProtocolError):
         ProbeTarget.make(0, depth + 1, 0, depth, 0, False, 0)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_numbers_from_the_network_are_refused(bad: float) -> None:
+    """A NaN or infinite event value or bound would poison comparisons and zone arithmetic in
+    the cores: the decoder refuses it."""
+    good = encode(EventDelivery(Event(1, "thesis", [1.0, 2.0, 3.0, 4.0]), [1]))
+    fields = msgspec.msgpack.decode(good[1:])
+    fields[1][2][3] = bad
+    with pytest.raises(WireError):
+        decode(bytes([WIRE_VERSION]) + msgspec.msgpack.encode(fields))

@@ -155,9 +155,13 @@ def test_the_swarm_command_line_end_to_end(tmp_path: Path) -> None:
             s = json.loads(r.stdout)
             return len({*s["leaf_set"]["left"], *s["leaf_set"]["right"]}) == n - 1
 
+        def known_again() -> bool:
+            r = rc("peer", "status", "--via", f"127.0.0.1:{base}", "--json")
+            s = json.loads(r.stdout)
+            return any(old["id"][:12] in p for p in s["leaf_set"]["left"] + s["leaf_set"]["right"])
+
         assert _wait(rejoined)
-        r0 = json.loads(rc("peer", "status", "--via", f"127.0.0.1:{base}", "--json").stdout)
-        assert any(old["id"][:12] in p for p in r0["leaf_set"]["left"] + r0["leaf_set"]["right"])
+        assert _wait(known_again)  # and the others have it back in their leaf sets
     finally:
         if restarted is not None:
             restarted.send_signal(signal.SIGTERM)

@@ -199,3 +199,16 @@ def test_a_state_directory_keeps_the_identity_and_epochs_grow(tmp_path) -> None:
     e1 = state.next_epoch()
     e2 = state.next_epoch()
     assert e2 > e1
+
+
+def test_one_sender_over_many_connections_is_still_rate_limited() -> None:
+    rej = Rejections()
+    gate = Gate(B_ADDR, rej, rate_per_s=10.0, burst=20.0)
+    sealer = Sealer(ALICE, A_ADDR, 1)
+    frames = [_sealed(sealer.seal(B_ADDR, codec().encode(HopAck(i)))) for i in range(100)]
+    opened = [gate.open(f, now=0.0) for f in frames]
+    assert sum(o is not None for o in opened) == 20
+    assert rej.by_reason == {"sender rate limited": 80}
+    # Another sender has an allowance of its own.
+    other = _sealed(Sealer(MALLORY, M_ADDR, 1).seal(B_ADDR, codec().encode(HopAck(1))))
+    assert gate.open(other, now=0.0) is not None

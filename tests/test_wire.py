@@ -12,6 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import dht.messages  # registers the DHT message types
+import runtime.messages  # noqa: F401 - registers the runtime's messages (envelope, client API)
 from dht import wire
 from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
 from dht.messages import Ping, Route
@@ -45,8 +46,8 @@ def _strategy(t: Any, name: str, realistic: bool) -> st.SearchStrategy[Any]:
         hi = t.le if t.le is not None else (t.lt - 1 if t.lt is not None else 2**64 - 1)
         return st.integers(min_value=lo, max_value=hi)
     if isinstance(t, info.BytesType):
-        if realistic and name in _REALISTIC_LENGTH:
-            n = _REALISTIC_LENGTH[name]
+        n = _REALISTIC_LENGTH.get(name, -1)
+        if realistic and (t.min_length or 0) <= n <= (t.max_length or n):
             return st.binary(min_size=n, max_size=n)
         lo = t.min_length or 0
         hi = min(t.max_length if t.max_length is not None else 256, 256)
@@ -57,7 +58,7 @@ def _strategy(t: Any, name: str, realistic: bool) -> st.SearchStrategy[Any]:
     if isinstance(t, info.BoolType):
         return st.booleans()
     if isinstance(t, info.FloatType):
-        return st.floats(allow_nan=False)
+        return st.floats(min_value=t.ge, max_value=t.le, allow_nan=False)
     if isinstance(t, info.NoneType):
         return st.none()
     if isinstance(t, info.UnionType):
@@ -66,6 +67,14 @@ def _strategy(t: Any, name: str, realistic: bool) -> st.SearchStrategy[Any]:
         hi = min(t.max_length if t.max_length is not None else 6, 6)
         lo = t.min_length or 0
         return st.lists(_strategy(t.item_type, name, realistic), min_size=lo, max_size=max(lo, hi))
+    if isinstance(t, info.DictType):
+        hi = min(t.max_length if t.max_length is not None else 6, 6)
+        return st.dictionaries(
+            _strategy(t.key_type, name, realistic),
+            _strategy(t.value_type, name, realistic),
+            min_size=t.min_length or 0,
+            max_size=hi,
+        )
     if isinstance(t, info.StructType):
         return _struct_strategy(t, realistic)
     raise NotImplementedError(f"no strategy for msgspec type {t!r}: extend tests/test_wire.py")
