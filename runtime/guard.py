@@ -10,12 +10,17 @@ that changes state, so a forger cannot even advance a replay window.
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from dht.errors import RemoteProtocolError, WireError
 from dht.messages import (
@@ -34,7 +39,7 @@ from dht.messages import (
 )
 from dht.wire import MAX_FRAME_BYTES, Codec, Message, codec, registered
 from runtime.identity import Identity, PeerAddress
-from runtime.messages import Sealed
+from runtime.messages import Authed, Sealed, SessionAccept, SessionOpen
 
 #: Largest frame on a connection: a core frame at the codec's limit plus the envelope.
 MAX_WIRE_FRAME = MAX_FRAME_BYTES + 1024
@@ -284,21 +289,32 @@ class Gate:
         if not self._verify(env):
             rej.add("bad signature")
             return None
-        bucket = self._buckets.get(src.node_id)
-        if bucket is None:
-            bucket = self._buckets[src.node_id] = TokenBucket(self.rate, self.burst, now)
-            if len(self._buckets) > 4096:
-                self._buckets.popitem(last=False)
-        else:
-            self._buckets.move_to_end(src.node_id)
-        if not bucket.allow(now):
-            rej.add("sender rate limited")
+        if not self._rate_ok(src.node_id, now):
             return None
         if not self.replay.accept(src.node_id, env.epoch, env.seq):
             rej.add("replayed")
             return None
+        return self._admit(env.src, src.node_id, env.body)
+
+    def _rate_ok(self, node_id: bytes, now: float) -> bool:
+        bucket = self._buckets.get(node_id)
+        if bucket is None:
+            bucket = self._buckets[node_id] = TokenBucket(self.rate, self.burst, now)
+            if len(self._buckets) > 4096:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(node_id)
+        if bucket.allow(now):
+            return True
+        self.rejections.add("sender rate limited")
+        return False
+
+    def _admit(self, src: bytes, node_id: bytes, body: bytes) -> tuple[bytes, Message] | None:
+        """The checks of an authenticated body: a core message whose own sender field, if it
+        has one, is the authenticated peer."""
+        rej = self.rejections
         try:
-            msg = self._codec.decode(env.body)
+            msg = self._codec.decode(body)
         except WireError:
             rej.add("malformed body")
             return None
@@ -310,27 +326,197 @@ class Gate:
             name = "joiner"  # the first hop comes from the joiner itself
         if name is not None:
             h: Any = getattr(msg, name)
-            if h.id != src.node_id or h.addr != env.src:
+            if h.id != node_id or h.addr != src:
                 rej.add("sender field is not the signer")
                 return None
-        return env.src, msg
+        return src, msg
 
-    def _verify(self, env: Sealed) -> bool:
-        key = self._keys.get(env.key)
+    # --------------------------------------------------------------------- link sessions
+
+    def accept_session(
+        self, msg: SessionOpen, identity: Identity
+    ) -> tuple[bytes, InSession] | None:
+        """Answer a ``SessionOpen``: the ``SessionAccept`` frame to write back and the
+        session that authenticates the link's further frames; None if the opening is refused.
+        A replayed opening gets an answer too, but its replayer cannot derive the session key
+        (that needs the initiator's ephemeral private key), so it can do nothing with it."""
+        rej = self.rejections
+        if msg.dst != self.addr:
+            rej.add("wrong destination")
+            return None
+        try:
+            src = PeerAddress.from_bytes(msg.src)
+        except RemoteProtocolError:
+            rej.add("bad sender address")
+            return None
+        if src.node_id != hashlib.sha1(msg.key, usedforsecurity=False).digest():
+            rej.add("id does not match key")
+            return None
+        opened = _open_bytes(msg.key, msg.src, msg.dst, msg.eph)
+        if not self._verify_raw(msg.key, msg.sig, opened):
+            rej.add("bad signature")
+            return None
+        try:
+            peer_eph = X25519PublicKey.from_public_bytes(msg.eph)
+        except ValueError:
+            rej.add("bad ephemeral key")
+            return None
+        eph = X25519PrivateKey.generate()
+        mine = eph.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        accept = _accept_bytes(identity.public_key, self.addr, msg.src, mine, opened)
+        reply = wire_codec().encode(
+            SessionAccept(identity.public_key, self.addr, msg.src, mine, identity.sign(accept))
+        )
+        try:
+            shared = eph.exchange(peer_eph)
+        except ValueError:  # a low-order point: no shared secret
+            rej.add("bad ephemeral key")
+            return None
+        return reply, InSession(msg.src, src.node_id, _session_key(shared, opened, accept))
+
+    def admit_authed(
+        self, session: InSession, msg: Authed, now: float
+    ) -> tuple[bytes, Message] | None:
+        """The (sender address, core message) of a frame on an established link whose tag
+        ``session.check`` has accepted."""
+        if not self._rate_ok(session.node_id, now):
+            return None
+        return self._admit(session.src, session.node_id, msg.body)
+
+    def _verify_raw(self, key_bytes: bytes, sig: bytes, data: bytes) -> bool:
+        key = self._keys.get(key_bytes)
         if key is None:
             try:
-                key = Ed25519PublicKey.from_public_bytes(env.key)
+                key = Ed25519PublicKey.from_public_bytes(key_bytes)
             except ValueError:
                 return False
-            self._keys[env.key] = key
+            self._keys[key_bytes] = key
             if len(self._keys) > 4096:
                 self._keys.popitem(last=False)
-        data = signed_bytes(env.key, env.src, env.dst, env.epoch, env.seq, env.body)
         try:
-            key.verify(env.sig, data)
+            key.verify(sig, data)
         except InvalidSignature:
             return False
         return True
+
+    def _verify(self, env: Sealed) -> bool:
+        data = signed_bytes(env.key, env.src, env.dst, env.epoch, env.seq, env.body)
+        return self._verify_raw(env.key, env.sig, data)
+
+
+# ------------------------------------------------------------------------------ link sessions
+#
+# A link (one TCP connection, one way) is authenticated once and then costs a MAC per frame
+# instead of a signature: the initiator sends a signed SessionOpen with an ephemeral X25519
+# key, the responder answers with a signed SessionAccept carrying its own, and both derive the
+# session key from the X25519 secret and the two signed transcripts (HKDF-SHA256). Frames are
+# then Authed: body plus HMAC-SHA256 (16 bytes) over the frame's number on the link and the
+# body. Ed25519 costs ~80 µs to sign and ~190 µs to verify here; the MAC costs a few µs.
+
+_OPEN_DOMAIN = b"rangecast/session-open/1\x00"
+_ACCEPT_DOMAIN = b"rangecast/session-accept/1\x00"
+
+
+def _open_bytes(key: bytes, src: bytes, dst: bytes, eph: bytes) -> bytes:
+    return b"".join(
+        (_OPEN_DOMAIN, key, len(src).to_bytes(1, "big"), src, len(dst).to_bytes(1, "big"), dst, eph)
+    )
+
+
+def _accept_bytes(key: bytes, src: bytes, dst: bytes, eph: bytes, opened: bytes) -> bytes:
+    return b"".join(
+        (
+            _ACCEPT_DOMAIN,
+            key,
+            len(src).to_bytes(1, "big"),
+            src,
+            len(dst).to_bytes(1, "big"),
+            dst,
+            eph,
+            hashlib.sha256(opened).digest(),
+        )
+    )
+
+
+def _session_key(shared: bytes, opened: bytes, accepted: bytes) -> bytes:
+    info = b"rangecast/link/1" + hashlib.sha256(opened + accepted).digest()
+    return HKDF(algorithm=SHA256(), length=32, salt=None, info=info).derive(shared)
+
+
+def _tag(key: bytes, n: int, body: bytes) -> bytes:
+    return hmac.digest(key, n.to_bytes(8, "big") + body, "sha256")[:16]
+
+
+class InSession:
+    """The receiving end of an authenticated link: who is on the other side, and the count of
+    frames seen so far (the next frame's number is part of its MAC)."""
+
+    __slots__ = ("_key", "_n", "node_id", "src")
+
+    def __init__(self, src: bytes, node_id: bytes, key: bytes) -> None:
+        self.src = src
+        self.node_id = node_id
+        self._key = key
+        self._n = 0
+
+    def check(self, msg: Authed) -> bool:
+        n = self._n + 1
+        if not hmac.compare_digest(_tag(self._key, n, msg.body), msg.tag):
+            return False
+        self._n = n
+        return True
+
+
+class OutSession:
+    """The sending end of an authenticated link."""
+
+    __slots__ = ("_codec", "_key", "_n")
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        self._n = 0
+        self._codec = wire_codec()
+
+    def wrap(self, body: bytes) -> bytes:
+        """One ``Authed`` frame (without the length prefix) carrying the encoded ``body``."""
+        self._n += 1
+        return self._codec.encode(Authed(body, _tag(self._key, self._n, body)))
+
+
+class SessionInitiator:
+    """The opening side of a link's handshake: ``open_frame`` goes first; ``finish`` checks
+    the answer and returns the session to send with."""
+
+    __slots__ = ("_eph", "_opened", "dst", "open_frame")
+
+    def __init__(self, identity: Identity, src: bytes, dst: bytes) -> None:
+        self._eph = X25519PrivateKey.generate()
+        self.dst = dst
+        eph = self._eph.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self._opened = _open_bytes(identity.public_key, src, dst, eph)
+        self.open_frame = wire_codec().encode(
+            SessionOpen(identity.public_key, src, dst, eph, identity.sign(self._opened))
+        )
+
+    def finish(self, msg: Message, src: bytes) -> OutSession:
+        """Check the responder's ``SessionAccept``; ``RemoteProtocolError`` if it is not the
+        peer we meant to reach, or not validly signed."""
+        if not isinstance(msg, SessionAccept):
+            raise RemoteProtocolError(f"expected SessionAccept, got {type(msg).__name__}")
+        if msg.src != self.dst or msg.dst != src:
+            raise RemoteProtocolError("session answered by another peer")
+        if (
+            PeerAddress.from_bytes(msg.src).node_id
+            != hashlib.sha1(msg.key, usedforsecurity=False).digest()
+        ):
+            raise RemoteProtocolError("responder's id does not match its key")
+        accepted = _accept_bytes(msg.key, msg.src, msg.dst, msg.eph, self._opened)
+        try:
+            Ed25519PublicKey.from_public_bytes(msg.key).verify(msg.sig, accepted)
+            shared = self._eph.exchange(X25519PublicKey.from_public_bytes(msg.eph))
+        except (InvalidSignature, ValueError):
+            raise RemoteProtocolError("bad session acceptance") from None
+        return OutSession(_session_key(shared, self._opened, accepted))
 
 
 __all__ = [
@@ -338,9 +524,12 @@ __all__ = [
     "FrameReader",
     "FrameTooLarge",
     "Gate",
+    "InSession",
+    "OutSession",
     "Rejections",
     "ReplayWindow",
     "Sealer",
+    "SessionInitiator",
     "TokenBucket",
     "frame",
     "signed_bytes",

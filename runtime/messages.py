@@ -113,6 +113,42 @@ class Done(Message, tag=139):
     error: Text = ""
 
 
+# ------------------------------------------------------------------------- link sessions
+
+
+class SessionOpen(Message, tag=140):
+    """First frame on a link: the initiator's identity and an ephemeral X25519 key, signed
+    (Ed25519) over everything before ``sig``. ``dst`` is the address the initiator means to
+    reach, so only that peer accepts."""
+
+    key: Key
+    src: WireBytes
+    dst: WireBytes
+    eph: Key
+    sig: Signature = b""
+
+
+class SessionAccept(Message, tag=141):
+    """The responder's answer (the only frame ever written back on a link): its identity and
+    ephemeral key, signed over both ephemeral keys and the opening frame, which binds the two
+    halves of the handshake together."""
+
+    key: Key
+    src: WireBytes
+    dst: WireBytes
+    eph: Key
+    sig: Signature = b""
+
+
+class Authed(Message, tag=142):
+    """A core message on an established link. ``tag`` is HMAC-SHA256 (truncated to 16 bytes)
+    under the session key over the frame's number on the link and ``body``: the number is
+    implicit, as TCP keeps frames in order, so a replayed, dropped or reordered frame fails."""
+
+    body: Payload
+    tag: Annotated[bytes, msgspec.Meta(min_length=16, max_length=16)]
+
+
 CLIENT_REQUESTS = (Hello, SubscribeRequest, UnsubscribeRequest, PublishRequest, StatusRequest)
 
 register(
@@ -129,4 +165,7 @@ register(
     StatusRequest,
     StatusReply,
     Done,
+    SessionOpen,
+    SessionAccept,
+    Authed,
 )

@@ -58,14 +58,16 @@ from runtime.guard import (
     FrameReader,
     FrameTooLarge,
     Gate,
+    InSession,
+    OutSession,
     Rejections,
-    Sealer,
+    SessionInitiator,
     TokenBucket,
     frame,
     wire_codec,
 )
 from runtime.identity import Identity, PeerAddress, StateDir, node_id_of
-from runtime.messages import Hello, HelloReply, Sealed
+from runtime.messages import Authed, Hello, HelloReply, Sealed, SessionOpen
 from runtime.service import ClientSession, Owner
 
 log = logging.getLogger("rangecast.peer")
@@ -167,7 +169,6 @@ class PeerRuntime:
         self._codec = codec()
         self._wire = wire_codec()
         self._gate: Gate | None = None
-        self._sealer: Sealer | None = None
         self._started = 0.0
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -209,7 +210,6 @@ class PeerRuntime:
         self._gate = Gate(
             addr, self.rejections, rate_per_s=self.cfg.rate_per_s, burst=self.cfg.burst
         )
-        self._sealer = Sealer(self.identity, addr, self.epoch)
         self._started = trio.current_time()
         try:
             await self._serve(listeners, contacts, task_status)
@@ -352,9 +352,9 @@ class PeerRuntime:
         except LocalProtocolError:
             log.exception("cannot encode %s", type(msg).__name__)
             return
-        assert self._sealer is not None
         try:
-            link.tx.send_nowait(frame(self._sealer.seal(dst, body)))
+            # Authenticated in the link's task, which holds the session key.
+            link.tx.send_nowait(body)
         except trio.WouldBlock:
             self.transport.dropped_out += 1
 
@@ -462,6 +462,7 @@ class PeerRuntime:
 
     async def _link_send(self, link: _Link, watchers: trio.Nursery) -> None:
         stream: trio.SocketStream | None = None
+        session: OutSession = _NO_SESSION
         stats = self.transport
         try:
             while True:
@@ -481,17 +482,21 @@ class PeerRuntime:
                         try:
                             with trio.fail_after(self.cfg.connect_timeout_s):
                                 stream = await trio.open_tcp_stream(link.addr.host, link.addr.port)
-                        except (OSError, trio.TooSlowError) as exc:
+                                link.rtt_ms = max((trio.current_time() - t0) * 1000.0, 0.05)
+                                session = await self._handshake(link, stream)
+                        except (OSError, trio.TooSlowError, RemoteProtocolError) as exc:
                             stats.connect_failures += 1
                             stats.dropped_out += len(batch)
                             link.down_until = trio.current_time() + self.cfg.retry_after_s
                             log.debug("cannot reach %s: %s", link.addr, exc)
+                            if stream is not None:
+                                await _aclose_quietly(stream)
+                                stream = None
                             continue
                         stats.connects += 1
-                        link.rtt_ms = max((trio.current_time() - t0) * 1000.0, 0.05)
                         link.broken = False
                         watchers.start_soon(self._watch_link, link, stream)
-                    data = b"".join(batch)
+                    data = b"".join([frame(session.wrap(body)) for body in batch])
                     try:
                         await stream.send_all(data)
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -510,6 +515,17 @@ class PeerRuntime:
         finally:
             if stream is not None:
                 await _aclose_quietly(stream)
+
+    async def _handshake(self, link: _Link, stream: trio.SocketStream) -> OutSession:
+        """Open an authenticated session on a fresh link (one round trip)."""
+        init = SessionInitiator(self.identity, self.addr, link.addr.to_bytes())
+        await stream.send_all(frame(init.open_frame))
+        raw = await read_frame(stream, FrameReader())
+        try:
+            reply = self._wire.decode(raw)
+        except WireError as exc:
+            raise RemoteProtocolError(f"bad session answer: {exc}") from None
+        return init.finish(reply, self.addr)
 
     async def _watch_link(self, link: _Link, stream: trio.SocketStream) -> None:
         """Peers never answer on a connection they accepted, so anything readable on ours is
@@ -534,6 +550,7 @@ class PeerRuntime:
         bucket = TokenBucket(self.cfg.rate_per_s, self.cfg.burst, trio.current_time())
         rate_limited = 0
         session: ClientSession | None = None
+        link: InSession | None = None
         rej = self.rejections
         try:
             async with trio.open_nursery() as conn_nursery:
@@ -558,8 +575,27 @@ class PeerRuntime:
                         except WireError:
                             rej.add("malformed frame")
                             continue
-                        if type(msg) is Sealed:
+                        kind = type(msg)
+                        if kind is Authed:
+                            if link is None:
+                                rej.add("no session on this link")
+                            elif not self._on_authed(link, msg):
+                                return  # a bad tag: the link is out of step, drop it
+                            continue
+                        if kind is Sealed:
                             self._on_sealed(msg)
+                            continue
+                        if kind is SessionOpen:
+                            if link is not None or session is not None or self._gate is None:
+                                rej.add("unexpected session opening")
+                                continue
+                            accepted = self._gate.accept_session(msg, self.identity)
+                            if accepted is not None:
+                                reply, link = accepted
+                                await stream.send_all(frame(reply))
+                            continue
+                        if link is not None:
+                            rej.add("unexpected message")
                             continue
                         # Anything else is the client API; the connection becomes a session.
                         if session is None:
@@ -573,6 +609,20 @@ class PeerRuntime:
             if session is not None:
                 session.closed()
             await _aclose_quietly(stream)
+
+    def _on_authed(self, link: InSession, msg: Authed) -> bool:
+        if self.core is None or self._gate is None:
+            return True
+        now = trio.current_time()
+        if not link.check(msg):
+            self.rejections.add("bad link authentication tag")
+            return False
+        opened = self._gate.admit_authed(link, msg, now)
+        if opened is not None:
+            src, core_msg = opened
+            self.core.receive(core_msg, src, now)
+            self._pump()
+        return True
 
     def _on_sealed(self, env: Sealed) -> None:
         if self.core is None or self._gate is None:
@@ -670,6 +720,14 @@ class PeerRuntime:
 
 
 # ---------------------------------------------------------------------------------- helpers
+
+
+class _Unopened(OutSession):
+    def wrap(self, body: bytes) -> bytes:
+        raise AssertionError("a link sends only after its handshake")
+
+
+_NO_SESSION: OutSession = _Unopened(b"")
 
 
 async def _aclose_quietly(stream: trio.abc.AsyncResource) -> None:

@@ -72,7 +72,15 @@ class ClientSession(Owner):
     async def _writer(self) -> None:
         try:
             async for data in self.rx:
-                await self.stream.send_all(data)
+                # Write everything queued in one go: a busy peer queues notifications far
+                # faster than one frame per scheduling round would drain them.
+                batch = [data]
+                while len(batch) < 1024:
+                    try:
+                        batch.append(self.rx.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                await self.stream.send_all(b"".join(batch))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self._dead = True
 

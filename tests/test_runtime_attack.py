@@ -14,11 +14,18 @@ from dht.messages import HopAck, Ping
 from dht.wire import Handle, codec
 from pubsub.schema import THESIS_SCHEMA
 from runtime.client import ClientSubscription, connect
-from runtime.guard import MAX_WIRE_FRAME, Sealer, frame, wire_codec
+from runtime.guard import (
+    MAX_WIRE_FRAME,
+    FrameReader,
+    Sealer,
+    SessionInitiator,
+    frame,
+    wire_codec,
+)
 from runtime.identity import Identity, PeerAddress
 from runtime.inprocess import start_local_swarm
-from runtime.messages import Sealed
-from runtime.peer import PeerConfig, PeerRuntime
+from runtime.messages import Authed, Sealed
+from runtime.peer import PeerConfig, PeerRuntime, read_frame
 from sim.workload import thesis_workload
 
 FRAMES = 100_000
@@ -124,6 +131,42 @@ async def _deliveries_match_oracle(peers: list[PeerRuntime], seed: int) -> tuple
     return missed, dups, false
 
 
+async def _attack_sessions(target: PeerRuntime) -> dict[str, int]:
+    """Link-session attacks: session frames with no session, a session whose messages speak
+    for another peer, and a tampered frame inside an established session (which must cost the
+    attacker its link). Returns the refusals they caused."""
+    assert target.address is not None
+    before = dict(target.rejections.by_reason)
+    mallory = Identity.generate()
+    m_addr = PeerAddress(mallory.node_id, "127.0.0.1", 9).to_bytes()
+    victim = PeerAddress(Identity.generate().node_id, "127.0.0.1", 10).to_bytes()
+    port = target.address.port
+    junk = Authed(codec().encode(HopAck(1)), bytes(16))
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        await stream.send_all(frame(wire_codec().encode(junk)) * 1000)
+        await stream.send_eof()
+        while await stream.receive_some(4096):
+            pass
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        init = SessionInitiator(mallory, m_addr, target.addr)
+        await stream.send_all(frame(init.open_frame))
+        session = init.finish(wire_codec().decode(await read_frame(stream, FrameReader())), m_addr)
+        as_victim = codec().encode(Ping(Handle(victim[:20], victim)))
+        # Wrapped in sending order: a frame's number on the link is part of its tag.
+        frames = [frame(session.wrap(as_victim)) for _ in range(100)]
+        frames.append(frame(session.wrap(codec().encode(HopAck(2)))))
+        bad = bytearray(session.wrap(codec().encode(HopAck(3))))
+        bad[-1] ^= 1
+        frames.append(frame(bytes(bad)))
+        frames.append(frame(session.wrap(codec().encode(HopAck(4)))))  # never read
+        await stream.send_all(b"".join(frames))
+        with trio.move_on_after(10):  # the peer closes the link on the bad tag
+            while await stream.receive_some(4096):
+                pass
+    after = target.rejections.by_reason
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
+
 def test_a_peer_under_attack_keeps_serving_and_counts_every_refusal() -> None:
     report: dict[str, object] = {}
 
@@ -171,6 +214,7 @@ def test_a_peer_under_attack_keeps_serving_and_counts_every_refusal() -> None:
                     while await stream.receive_some(4096):
                         pass
             report["after_attack"] = dict(target.rejections.by_reason)
+            report["sessions"] = await _attack_sessions(target)
             report["frames"] = target.transport.frames_in - before_in
             report["oracle"] = await _deliveries_match_oracle(peers, seed=30)
             report["status"] = target.status()
@@ -193,6 +237,11 @@ def test_a_peer_under_attack_keeps_serving_and_counts_every_refusal() -> None:
         "sender field is not the signer",
     ):
         assert reasons.get(reason, 0) > 0, reason
+    assert report["sessions"] == {
+        "no session on this link": 1000,
+        "sender field is not the signer": 100,
+        "bad link authentication tag": 1,
+    }
     assert report["oracle"] == (0, 0, 0)
     status = report["status"]
     assert isinstance(status, dict)

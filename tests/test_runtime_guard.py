@@ -18,15 +18,18 @@ from runtime.guard import (
     FrameReader,
     FrameTooLarge,
     Gate,
+    InSession,
+    OutSession,
     Rejections,
     ReplayWindow,
     Sealer,
+    SessionInitiator,
     TokenBucket,
     frame,
     wire_codec,
 )
 from runtime.identity import Identity, PeerAddress, StateDir, parse_endpoint
-from runtime.messages import Sealed
+from runtime.messages import Authed, Sealed, SessionAccept, SessionOpen
 
 ALICE = Identity.generate()
 BOB = Identity.generate()
@@ -212,3 +215,86 @@ def test_one_sender_over_many_connections_is_still_rate_limited() -> None:
     # Another sender has an allowance of its own.
     other = _sealed(Sealer(MALLORY, M_ADDR, 1).seal(B_ADDR, codec().encode(HopAck(1))))
     assert gate.open(other, now=0.0) is not None
+
+
+# ------------------------------------------------------------------------------ link sessions
+
+
+def _handshake() -> tuple[OutSession, InSession, Gate, Rejections]:
+    gate, rej = _gate()
+    init = SessionInitiator(ALICE, A_ADDR, B_ADDR)
+    opening = wire_codec().decode(init.open_frame)
+    assert isinstance(opening, SessionOpen)
+    accepted = gate.accept_session(opening, BOB)
+    assert accepted is not None
+    reply, inbound = accepted
+    return init.finish(wire_codec().decode(reply), A_ADDR), inbound, gate, rej
+
+
+def _authed(raw: bytes) -> Authed:
+    msg = wire_codec().decode(raw)
+    assert isinstance(msg, Authed)
+    return msg
+
+
+def test_a_link_session_authenticates_frames_in_order() -> None:
+    out, inbound, gate, rej = _handshake()
+    assert inbound.src == A_ADDR and inbound.node_id == ALICE.node_id
+    ping = Ping(Handle(ALICE.node_id, A_ADDR))
+    frames = [_authed(out.wrap(codec().encode(m))) for m in (ping, HopAck(1), HopAck(2))]
+    for f in frames:
+        assert inbound.check(f)
+    assert gate.admit_authed(inbound, frames[0], 0.0) == (A_ADDR, ping)
+    assert rej.total == 0
+
+
+def test_a_link_refuses_replayed_reordered_and_altered_frames() -> None:
+    out, inbound, _, _ = _handshake()
+    a, b, c = (_authed(out.wrap(codec().encode(HopAck(i)))) for i in range(3))
+    assert inbound.check(a)
+    assert not inbound.check(a)  # replayed
+    assert not inbound.check(c)  # skipped one
+    assert not inbound.check(Authed(codec().encode(HopAck(9)), b.tag))  # altered body
+    assert inbound.check(b)
+    # A frame from another session (another key) never passes.
+    other, _, _, _ = _handshake()
+    assert not inbound.check(_authed(other.wrap(codec().encode(HopAck(3)))))
+
+
+def test_session_openings_are_checked_like_envelopes() -> None:
+    gate, rej = _gate()
+    opening = wire_codec().decode(SessionInitiator(ALICE, A_ADDR, B_ADDR).open_frame)
+    assert isinstance(opening, SessionOpen)
+    forged = SessionOpen(
+        opening.key, opening.src, opening.dst, bytes(32 - 1) + b"\x09", opening.sig
+    )
+    assert gate.accept_session(forged, BOB) is None  # eph key not the signed one
+    impostor = wire_codec().decode(SessionInitiator(MALLORY, A_ADDR, B_ADDR).open_frame)
+    assert gate.accept_session(impostor, BOB) is None  # Alice's address, Mallory's key
+    elsewhere = wire_codec().decode(SessionInitiator(ALICE, A_ADDR, M_ADDR).open_frame)
+    assert gate.accept_session(elsewhere, BOB) is None  # meant for Mallory
+    assert rej.by_reason == {
+        "bad signature": 1,
+        "id does not match key": 1,
+        "wrong destination": 1,
+    }
+
+
+def test_the_initiator_refuses_an_answer_from_anyone_but_its_peer() -> None:
+    init = SessionInitiator(ALICE, A_ADDR, B_ADDR)
+    opening = wire_codec().decode(init.open_frame)
+    # Mallory answers as herself: not the peer Alice meant to reach.
+    accepted = Gate(M_ADDR, Rejections()).accept_session(
+        SessionOpen(opening.key, opening.src, M_ADDR, opening.eph, opening.sig), MALLORY
+    )
+    assert accepted is None  # (and the opening was not signed for her anyway)
+    gate, _ = _gate()
+    reply, _ = gate.accept_session(opening, BOB)  # type: ignore[misc]
+    accept = wire_codec().decode(reply)
+    assert isinstance(accept, SessionAccept)
+    tampered = SessionAccept(accept.key, accept.src, accept.dst, accept.eph, bytes(64))
+    with pytest.raises(RemoteProtocolError):
+        init.finish(tampered, A_ADDR)
+    with pytest.raises(RemoteProtocolError):
+        SessionInitiator(ALICE, A_ADDR, M_ADDR).finish(accept, A_ADDR)  # not whom we called
+    init.finish(accept, A_ADDR)
