@@ -161,6 +161,7 @@ class PastryNode:
         "_seq",
         "_timers",
         "app",
+        "by_join",
         "cfg",
         "leaves",
         "me",
@@ -210,6 +211,9 @@ class PastryNode:
         self._rounds = 0
         #: Would-be neighbours learnt second-hand and pinged, not yet heard from.
         self._probing: dict[int, float] = {}
+        #: Entered an existing overlay through the join protocol (rather than starting one or
+        #: being bootstrapped with the whole membership): its keys are still being handed over.
+        self.by_join = False
 
     def __repr__(self) -> str:
         return f"PastryNode({self.space.hexid(self.me.id)[:8]}…, {self.state.value})"
@@ -296,6 +300,7 @@ class PastryNode:
         if contact == self.me.addr:
             raise LocalProtocolError("cannot join through ourselves; use start_alone")
         self.state = State.JOINING
+        self.by_join = True
         self._join_contact = contact
         self._join_attempts = 0
         self._send_join(now)

@@ -214,6 +214,33 @@ class DeliveryMulticast(Message, tag=72):
     targets: Annotated[list[Notify], msgspec.Meta(min_length=1, max_length=65535)]
 
 
+class ReplicaPut(Message, tag=73):
+    """The whole state of tree node ``target`` (whether it is a leaf, its subscription pieces,
+    the events it matched recently), from its primary to a member of its replica set; with
+    ``handoff``, from a peer that is no longer the node's root to the one that now is, which
+    takes the node over. The LeafNodeRoutingTable of an internal node is not replicated."""
+
+    target: Ref
+    leaf: bool
+    subs: list[StoredSub]
+    seen: list[U63]
+    handoff: bool
+
+
+class ReplicaOp(Message, tag=74):
+    """One change to a replicated leaf: ``op`` (insert or remove) of piece ``sub``."""
+
+    target: Ref
+    op: U8
+    sub: StoredSub
+
+
+class ReplicaDrop(Message, tag=75):
+    """The sender no longer counts on the receiver as a replica of ``target``."""
+
+    target: Ref
+
+
 register(
     "pubsub",
     ProbeSub,
@@ -225,4 +252,7 @@ register(
     ProbePubMulticast,
     LbddDelivery,
     DeliveryMulticast,
+    ReplicaPut,
+    ReplicaOp,
+    ReplicaDrop,
 )

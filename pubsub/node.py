@@ -70,6 +70,9 @@ from pubsub.messages import (
     ProbeTarget,
     Ref,
     Relay,
+    ReplicaDrop,
+    ReplicaOp,
+    ReplicaPut,
     StoredSub,
     TransferSub,
 )
@@ -116,6 +119,19 @@ class OverlayConfig:
     #: Under "lbdd", a leaf with fewer matched subscribers than this still sends directly (a
     #: relay only pays off when the leaf would otherwise send many copies).
     lbdd_min_subscribers: int = 4
+    #: Copies of every tree node (its subscriptions and position): the primary on the node's
+    #: DHT root plus replicas on the next closest peers (the replica set). 1: no replication.
+    replicas: int = 3
+    #: A peer that has just joined holds probes for tree nodes it does not host yet for this
+    #: long: the previous root is handing them over.
+    handoff_wait_s: float = 2.0
+    #: How often a peer re-checks, for every tree node it hosts or replicates, who should hold
+    #: it (besides at once on every leaf-set change).
+    reconcile_s: float = 5.0
+    #: Subscribers re-send every piece of their active subscriptions this often (soft state:
+    #: a piece lost with a whole replica set comes back within one period). Only where the DHT
+    #: detects failures (keep-alives on); ``math.inf`` switches it off.
+    refresh_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_probe_level <= MAX_DEPTH:
@@ -138,6 +154,10 @@ class OverlayConfig:
             )
         if self.lbdd_min_subscribers < 2:
             raise LocalProtocolError("lbdd_min_subscribers must be >= 2")
+        if not 1 <= self.replicas <= 9:
+            raise LocalProtocolError("replicas must be in [1, 9] (the leaf set's half plus one)")
+        if self.handoff_wait_s < 0 or self.reconcile_s <= 0 or self.refresh_s <= 0:
+            raise LocalProtocolError("need handoff_wait_s >= 0, reconcile_s > 0, refresh_s > 0")
 
 
 # ------------------------------------------------------------------------ application events
@@ -195,6 +215,15 @@ class OverlayStats:
     #: Notifications for a (subscription, event) already notified, dropped at the subscriber.
     repeated_deliveries: int = 0
     matched: int = 0
+    #: Replication: replicas promoted to primary (their primary failed), tree nodes handed
+    #: over to a peer that became their root, full states and single changes sent to replicas.
+    promoted: int = 0
+    refreshes: int = 0
+    #: Leaves recreated empty because their whole replica set died (refreshes refill them).
+    recreated: int = 0
+    handed_off: int = 0
+    replica_puts: int = 0
+    replica_ops: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
 
     def drop(self, reason: str) -> None:
@@ -218,6 +247,11 @@ class _MySub:
 
 
 _T_PARK = 0
+#: The periodic replica check's entry in the timer heap (entries never compare keys: the
+#: sequence number before it is unique).
+_RECONCILE: Any = object()
+_REFRESH: Any = object()
+_PERIODIC = (_RECONCILE, _REFRESH)
 
 
 class PubSubNode(Application):
@@ -252,6 +286,11 @@ class PubSubNode(Application):
         self._events: list[AppEvent] = []
         self._parked: dict[tuple[str, TreeId], list[tuple[Message, float]]] = {}
         self._timers: list[tuple[float, int, tuple[str, TreeId]]] = []
+        #: Copies of tree nodes whose primary is another peer (replication), by (schema, tid).
+        self.replicas: dict[tuple[str, TreeId], TreeNode] = {}
+        #: For each tree node hosted here: the peers currently holding its replicas.
+        self._replica_of: dict[tuple[str, TreeId], dict[int, Peer]] = {}
+        self._ready_at = -math.inf
         self._seq = 0
         self._codec = codec()
 
@@ -266,7 +305,7 @@ class PubSubNode(Application):
         timers = self._timers
         if not timers:
             return None
-        while timers and timers[0][2] not in self._parked:
+        while timers and timers[0][2] not in _PERIODIC and timers[0][2] not in self._parked:
             heapq.heappop(timers)
         return timers[0][0] if timers else None
 
@@ -274,6 +313,14 @@ class PubSubNode(Application):
         timers = self._timers
         while timers and timers[0][0] <= now:
             _, _, key = heapq.heappop(timers)
+            if key is _RECONCILE:
+                self._reconcile(now)
+                self._push_timer(now + self.cfg.reconcile_s, _RECONCILE)
+                continue
+            if key is _REFRESH:
+                self._refresh(now)
+                self._push_timer(now + self.cfg.refresh_s, _REFRESH)
+                continue
             waiting = self._parked.get(key)
             if not waiting:
                 continue
@@ -284,8 +331,22 @@ class PubSubNode(Application):
             else:
                 del self._parked[key]
             for msg in due:
-                # The node never appeared: behave as for a wrong guess and jump up.
                 self.stats.park_timeouts += 1
+                if (
+                    msg.via_lrt
+                    and self.dht.cfg.keepalive_s != math.inf
+                    and key not in self.nodes
+                    and self.dht.next_hop(self._key(*key)) is None
+                ):
+                    # A parent's table names this leaf, we are its root, and no copy arrived:
+                    # it died with its whole replica set. Recreate it empty; its subscribers'
+                    # refreshes fill it again (and a late transfer would merge into it).
+                    self.stats.recreated += 1
+                    node = self.nodes[key] = TreeNode(key[1])
+                    self._sync_replicas(key, node, now)
+                    _ROUTED[type(msg)](self, msg, None, now)
+                    continue
+                # The node never appeared: behave as for a wrong guess and jump up.
                 self._jump(msg, now)
 
     # ------------------------------------------------------------------------------ API calls
@@ -413,6 +474,18 @@ class PubSubNode(Application):
         msg = ProbeSub(op, Ref(schema, space.index, tid.depth, tid.path), False, 0, piece)
         self._route(schema, tid, msg, now)
 
+    def _refresh(self, now: float) -> None:
+        """Soft state: probe every piece of every active subscription again. A leaf that has
+        the piece only acknowledges it again (the subscriber ignores that); one that lost it
+        with a whole replica set stores it anew."""
+        for rec in self._subs.values():
+            if rec.state != "active":
+                continue
+            schema = rec.sub.schema
+            for piece in rec.pieces:
+                self._probe_sub(OP_INSERT, schema, self._space(schema, piece.base), piece, now)
+        self.stats.refreshes += 1
+
     def _remove(self, sid: int, rec: _MySub, now: float) -> None:
         rec.state = "removing"
         rec.acked = set()
@@ -495,8 +568,10 @@ class PubSubNode(Application):
         if not space.zone(tid).contains(sub.x, sub.y):
             raise RemoteProtocolError(f"point ({sub.x}, {sub.y}) outside leaf {tid}")
         owner = Peer.from_handle(self.dht.space, sub.subscriber)
+        key = (msg.target.schema, tid)
         if msg.op == OP_INSERT:
-            node.index.add(sub)
+            if node.index.add(sub):
+                self._replicate_op(key, OP_INSERT, sub, now)
             self.stats.stored += 1
             self._events.append(
                 PieceStored(sub.subscriber.id, sub.sid, sub.gen, sub.piece, tid, now)
@@ -506,6 +581,8 @@ class PubSubNode(Application):
                 self._split(msg.target.schema, space, node, now)
         else:
             found = node.index.remove(sub.subscriber.id, sub.sid, sub.gen, sub.piece)
+            if found:
+                self._replicate_op(key, OP_REMOVE, sub, now)
             self._send(owner, InstallAck(OP_REMOVE, sub.sid, sub.gen, sub.piece, found), now)
 
     def _split(self, schema: str, space: AttributeSpace, node: TreeNode, now: float) -> None:
@@ -518,6 +595,7 @@ class PubSubNode(Application):
         seen = [eid for eid, t in node.seen.items() if t >= horizon]
         node.become_internal()
         self.stats.splits += 1
+        self._replicate_state((schema, tid), node, now)
         for bit in (0, 1):
             child = tid.child(bit)
             ref = Ref(schema, child.attr, child.depth, child.path)
@@ -529,21 +607,19 @@ class PubSubNode(Application):
 
     def _on_transfer(self, msg: TransferSub, sender: Peer | None, now: float) -> None:
         space, tid = self._resolve(msg.target)
-        zone = space.zone(tid)
-        nbytes = self.dht.space.nbytes
-        for s in msg.subs:
-            if s.base != space.index or not zone.contains(s.x, s.y):
-                raise RemoteProtocolError(f"transferred point outside {tid}")
-            if len(s.subscriber.id) != nbytes:
-                raise RemoteProtocolError("transferred piece with a malformed subscriber id")
+        self._check_pieces(space, tid, msg.subs)
         schema = msg.target.schema
         key = (schema, tid)
         node = self.nodes.get(key)
+        if node is None and key in self.replicas:
+            node = self._promote(key, now)  # created before, its host has failed since
         if node is None:
             node = self.nodes[key] = TreeNode(tid, msg.subs)
+            self._sync_replicas(key, node, now)
         elif node.index is not None:
             for s in msg.subs:
-                node.index.add(s)
+                if node.index.add(s):
+                    self._replicate_op(key, OP_INSERT, s, now)
         else:
             # Already split again (a late transfer): pass the pieces on down.
             for s in msg.subs:
@@ -551,14 +627,7 @@ class PubSubNode(Application):
         if node.index is not None:
             for eid in msg.seen:
                 node.seen.setdefault(eid, now)
-        waiting = self._parked.pop(key, None)
-        if waiting:
-            for parked, _ in waiting:
-                try:  # one bad parked probe must not take the others with it
-                    _ROUTED[type(parked)](self, parked, None, now)
-                except RemoteProtocolError as exc:
-                    self.stats.malformed += 1
-                    log.debug("dropped bad parked %s: %s", type(parked).__name__, exc)
+        self._unpark(key, now)
         if (
             node.index is not None
             and len(node.index) > self.capacity
@@ -802,23 +871,233 @@ class PubSubNode(Application):
     def _node_for(
         self, msg: ProbeSub | ProbePub, space: AttributeSpace, tid: TreeId, now: float
     ) -> TreeNode | None:
-        """The hosted tree node a probe addresses; if there is none, park or jump up."""
+        """The hosted tree node a probe addresses; if there is none, take over a replica (its
+        primary failed), wait for a hand-off (we just joined), park, or jump up."""
         key = (msg.target.schema, tid)
         node = self.nodes.get(key)
         if node is not None:
             return node
-        if tid.depth == 0:
+        if key in self.replicas:
+            if self.dht.next_hop(self._key(*key)) is None:
+                return self._promote(key, now)
+            # Routed here on stale state while the primary lives on: send it on to the root.
+            self._forward_to_root(msg, now)
+            return None
+        young = now - self._ready_at < self.cfg.handoff_wait_s
+        if tid.depth == 0 and not young:
             node = self.nodes[key] = TreeNode(tid)  # the root always exists: create on use
+            self._sync_replicas(key, node, now)
             return node
-        if msg.via_lrt:
+        if msg.via_lrt or young:
             self.stats.parked += 1
-            deadline = now + self.cfg.park_timeout_s
+            wait = self.cfg.park_timeout_s if msg.via_lrt else self.cfg.handoff_wait_s
+            deadline = now + wait
             self._parked.setdefault(key, []).append((msg, deadline))
-            self._seq += 1
-            heapq.heappush(self._timers, (deadline, self._seq, key))
+            self._push_timer(deadline, key)
             return None
         self._jump(msg, now)
         return None
+
+    def _push_timer(self, deadline: float, key: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._timers, (deadline, self._seq, key))
+
+    def _forward_to_root(self, msg: ProbeSub | ProbePub, now: float) -> None:
+        if msg.jumps >= self.cfg.max_jumps:
+            self.stats.drop("too many jumps")
+            return
+        t = msg.target
+        if isinstance(msg, ProbeSub):
+            again: Message = ProbeSub(msg.op, t, msg.via_lrt, msg.jumps + 1, msg.sub)
+        else:
+            again = ProbePub(
+                msg.event, t, msg.scope_depth, msg.scope_path, msg.via_lrt, msg.jumps + 1
+            )
+        self._route(t.schema, TreeId(t.attr, t.depth, t.path), again, now)
+
+    # ------------------------------------------------------------------------- replication
+    #
+    # Every tree node hosted here (the primary) has copies on the other members of its key's
+    # replica set (the k numerically closest peers): its position and its subscription pieces,
+    # kept current with one ReplicaOp per change and a full ReplicaPut when a member joins the
+    # set. Who holds what is re-checked on every leaf-set change and every reconcile_s: a
+    # replica whose holder has become the key's root is promoted (its primary failed); a node
+    # whose host is no longer the root is handed over to the peer that is (it joined). The
+    # LeafNodeRoutingTable is not replicated: a promoted internal node starts from its two
+    # children, which forward further, and refines it from the LeafUpdates that follow.
+
+    def ready(self, now: float) -> None:
+        if self.dht.by_join:
+            self._ready_at = now  # keys we are now root of are on their way from their old root
+        # Without keep-alives the DHT detects no failures, and the leaf set changes only
+        # through joins, which the update upcall reports: no periodic check is needed (and an
+        # endless timer would keep a failure-free simulation from ever going quiet).
+        if self.dht.cfg.keepalive_s != math.inf:
+            self._push_timer(now + self.rng.uniform(0.0, self.cfg.reconcile_s), _RECONCILE)
+            if self.cfg.refresh_s != math.inf:
+                self._push_timer(now + self.rng.uniform(0.0, self.cfg.refresh_s), _REFRESH)
+
+    def update(self, peer: Peer, joined: bool, now: float) -> None:
+        self._reconcile(now)
+
+    def _reconcile(self, now: float) -> None:
+        if not (self.nodes or self.replicas):
+            return
+        for key, node in list(self.nodes.items()):
+            self._sync_replicas(key, node, now)
+        for key in list(self.replicas):
+            if self.dht.next_hop(self._key(*key)) is None:
+                self._promote(key, now)
+
+    def _promote(self, key: tuple[str, TreeId], now: float) -> TreeNode:
+        node = self.replicas.pop(key)
+        self.nodes[key] = node
+        self.stats.promoted += 1
+        self._sync_replicas(key, node, now)
+        self._unpark(key, now)
+        return node
+
+    def _sync_replicas(self, key: tuple[str, TreeId], node: TreeNode, now: float) -> None:
+        """Make the replica set of ``key`` hold copies of ``node``, or hand it over (with or
+        without replication, a peer that joins takes over the keys it becomes root of)."""
+        rs = self.dht.replica_set(self._key(*key), self.cfg.replicas)
+        me = self.dht.me
+        if rs[0].id != me.id:
+            # No longer the root: the peer that is takes the node over.
+            del self.nodes[key]
+            self._replica_of.pop(key, None)
+            self._send(rs[0], self._state_of(key, node, handoff=True), now)
+            self.stats.handed_off += 1
+            if any(p.id == me.id for p in rs):
+                self.replicas[key] = node
+            return
+        want = {p.id: p for p in rs[1:]}
+        have = self._replica_of.get(key, {})
+        if want.keys() == have.keys():
+            return
+        fresh = [p for i, p in want.items() if i not in have]
+        if fresh:
+            put = self._state_of(key, node, handoff=False)
+            for p in fresh:
+                self._send(p, put, now)
+                self.stats.replica_puts += 1
+        for i, p in have.items():
+            if i not in want:
+                self._send(p, ReplicaDrop(self._ref(key)), now)
+        self._replica_of[key] = want
+
+    def _replicate_state(self, key: tuple[str, TreeId], node: TreeNode, now: float) -> None:
+        """The node changed shape (created, split): every replica gets the whole state."""
+        if self.cfg.replicas <= 1:
+            return
+        have = self._replica_of.get(key)
+        if have is None:
+            self._sync_replicas(key, node, now)
+            return
+        put = self._state_of(key, node, handoff=False)
+        for p in have.values():
+            self._send(p, put, now)
+            self.stats.replica_puts += 1
+
+    def _replicate_op(self, key: tuple[str, TreeId], op: int, sub: StoredSub, now: float) -> None:
+        if self.cfg.replicas <= 1:
+            return
+        have = self._replica_of.get(key)
+        if have is None:
+            node = self.nodes.get(key)
+            if node is not None:
+                self._sync_replicas(key, node, now)  # a full state, this change included
+            return
+        msg = ReplicaOp(self._ref(key), op, sub)
+        for p in have.values():
+            self._send(p, msg, now)
+            self.stats.replica_ops += 1
+
+    @staticmethod
+    def _ref(key: tuple[str, TreeId]) -> Ref:
+        schema, tid = key
+        return Ref(schema, tid.attr, tid.depth, tid.path)
+
+    def _state_of(self, key: tuple[str, TreeId], node: TreeNode, handoff: bool) -> ReplicaPut:
+        if node.index is not None:
+            return ReplicaPut(self._ref(key), True, list(node.index), list(node.seen), handoff)
+        return ReplicaPut(self._ref(key), False, [], [], handoff)
+
+    def _on_replica_put(self, msg: ReplicaPut, sender: Peer | None, now: float) -> None:
+        space, tid = self._resolve(msg.target)
+        self._check_pieces(space, tid, msg.subs)
+        key = (msg.target.schema, tid)
+        incoming = TreeNode(tid, msg.subs)
+        if msg.leaf:
+            for eid in msg.seen:
+                incoming.seen.setdefault(eid, now)
+        else:
+            incoming.become_internal()
+        if not msg.handoff:
+            if key not in self.nodes:
+                self.replicas[key] = incoming
+            return
+        node = self.nodes.get(key)
+        if node is None:
+            self.replicas.pop(key, None)
+            node = self.nodes[key] = incoming
+        else:
+            self._merge(msg.target, space, node, incoming, now)
+        self._sync_replicas(key, node, now)
+        self._unpark(key, now)
+
+    def _merge(
+        self, ref: Ref, space: AttributeSpace, node: TreeNode, incoming: TreeNode, now: float
+    ) -> None:
+        """Two versions of one tree node met (a hand-off crossed a promotion): keep every
+        piece. A leaf meeting an internal version splits, and its pieces go down the tree."""
+        if incoming.index is None and node.index is not None:
+            pieces = list(node.index)
+            node.become_internal()
+        else:
+            pieces = list(incoming.index) if incoming.index is not None else []
+        for s in pieces:
+            if node.index is not None:
+                if node.index.add(s):
+                    self._replicate_op((ref.schema, node.tid), OP_INSERT, s, now)
+            else:
+                self._on_probe_sub(ProbeSub(OP_INSERT, ref, True, 0, s), None, now)
+
+    def _on_replica_op(self, msg: ReplicaOp, sender: Peer | None, now: float) -> None:
+        space, tid = self._resolve(msg.target)
+        self._check_pieces(space, tid, [msg.sub])
+        key = (msg.target.schema, tid)
+        node = self.replicas.get(key) or self.nodes.get(key)
+        if node is None or node.index is None:
+            return  # no copy here (yet): the next full state brings it
+        s = msg.sub
+        if msg.op == OP_INSERT:
+            node.index.add(s)
+        else:
+            node.index.remove(s.subscriber.id, s.sid, s.gen, s.piece)
+
+    def _on_replica_drop(self, msg: ReplicaDrop, sender: Peer | None, now: float) -> None:
+        _, tid = self._resolve(msg.target)
+        self.replicas.pop((msg.target.schema, tid), None)
+
+    def _check_pieces(self, space: AttributeSpace, tid: TreeId, subs: list[StoredSub]) -> None:
+        zone = space.zone(tid)
+        nbytes = self.dht.space.nbytes
+        for s in subs:
+            if s.base != space.index or not zone.contains(s.x, s.y):
+                raise RemoteProtocolError(f"piece outside {tid}")
+            if len(s.subscriber.id) != nbytes:
+                raise RemoteProtocolError("piece with a malformed subscriber id")
+
+    def _unpark(self, key: tuple[str, TreeId], now: float) -> None:
+        waiting = self._parked.pop(key, None)
+        if waiting:
+            for parked, _ in waiting:
+                try:  # one bad parked probe must not take the others with it
+                    _ROUTED[type(parked)](self, parked, None, now)
+                except RemoteProtocolError as exc:
+                    self.stats.malformed += 1
+                    log.debug("dropped bad parked %s: %s", type(parked).__name__, exc)
 
     def _jump(self, msg: Message, now: float) -> None:
         """Guessed too deep: try the ancestor at half the depth (a binary search upwards)."""
@@ -911,4 +1190,7 @@ _DIRECT: dict[type[Message], _Handler] = {
     LbddDelivery: PubSubNode._on_lbdd_delivery,
     ProbePubMulticast: PubSubNode._on_multicast,
     DeliveryMulticast: PubSubNode._on_delivery_multicast,
+    ReplicaPut: PubSubNode._on_replica_put,
+    ReplicaOp: PubSubNode._on_replica_op,
+    ReplicaDrop: PubSubNode._on_replica_drop,
 }

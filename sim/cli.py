@@ -69,6 +69,58 @@ def _thesis(args: argparse.Namespace) -> int:
     return 0 if result["missed"] == result["duplicates"] == result["false_positives"] == 0 else 1
 
 
+def _churn(args: argparse.Namespace) -> int:
+    from sim.churn_experiment import ChurnParams, run_churn
+
+    params = ChurnParams(
+        nodes=args.nodes,
+        fail_fraction=args.fail_fraction,
+        replicas=args.replicas,
+        seed=args.seed,
+        subs_per_node=args.subs_per_node,
+        events=args.events,
+        repair_s=args.repair_s,
+        latency=args.latency,
+        joins=args.joins,
+        session_median_s=args.session_median,
+        duration_s=args.duration_s,
+    )
+    result = run_churn(params, progress=None if args.quiet else _stderr_progress("churn"))
+    _emit(result, args.json, _print_churn_summary)
+    bad = result.get("subscriptions_lost", 0) + result["duplicates"] + result["false_positives"]
+    return 0 if bad == 0 else 1
+
+
+def _print_churn_summary(r: dict[str, Any]) -> None:
+    if "session_median_s" in r:
+        print(
+            f"{r['nodes']} peers, median session {r['session_median_s']:.0f} s, "
+            f"{r['duration_s']:.0f} s of events: {r['departures']} crashes, "
+            f"{r['arrivals']} joins, k = {r['replicas']}\n"
+            f"subscriptions: {r['subscriptions_installed']:,} installed of {r['subscriptions']:,}\n"
+            f"deliveries: {r['deliveries']:,} of {r['expected_deliveries']:,} "
+            f"(recall {r['delivery_recall']:.6f}), {r['duplicates']} duplicates, "
+            f"{r['false_positives']} false positives\n"
+            f"replication: {r['repair_messages']:,} messages, {r['repair_bytes']:,} bytes; "
+            f"{r['overlay'].get('promoted', 0)} promotions, "
+            f"{r['overlay'].get('handed_off', 0)} hand-offs\n"
+            f"wall {r['wall_s']:.1f} s"
+        )
+        return
+    print(
+        f"{r['nodes']} peers, {r['crashed']} crashed at once, k = {r['replicas']}\n"
+        f"subscriptions: {r['subscriptions_installed']:,} installed, "
+        f"{r['subscriptions_live']:,} of live subscribers, {r['subscriptions_lost']} lost\n"
+        f"deliveries after repair: {r['deliveries']:,} of {r['expected_deliveries']:,} "
+        f"(recall {r['delivery_recall']:.6f}), {r['duplicates']} duplicates, "
+        f"{r['false_positives']} false positives\n"
+        f"replica repair: {r['repair_messages']:,} messages, {r['repair_bytes']:,} bytes; "
+        f"{r['overlay'].get('promoted', 0)} replicas promoted; "
+        f"replica sets lost whole: {r['whole_sets_lost']}\n"
+        f"wall {r['wall_s']:.1f} s"
+    )
+
+
 def _print_thesis_summary(r: dict[str, Any]) -> None:
     lm = r["latency_model"]
     il, dl = r["install_latency_ms"], r["delivery_latency_ms"]
@@ -285,6 +337,46 @@ def build_parser() -> argparse.ArgumentParser:
     thesis.add_argument("--json", action="store_true", help="print one JSON object")
     thesis.add_argument("--quiet", action="store_true", help="no progress on stderr")
     thesis.set_defaults(func=_thesis)
+
+    churn = sims.add_parser(
+        "churn",
+        help="crash a fraction of the peers at once; check that replication loses nothing",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    churn.add_argument("--nodes", type=int, default=2000, help="overlay size")
+    churn.add_argument(
+        "--fail-fraction", type=float, default=0.2, help="fraction of peers that crash at once"
+    )
+    churn.add_argument(
+        "--replicas", type=int, default=3, help="copies of every tree node (1: no replication)"
+    )
+    churn.add_argument("--seed", type=int, default=1, help="seed of every random stream")
+    churn.add_argument(
+        "--subs-per-node", type=float, default=1.0, help="subscriptions per node on average"
+    )
+    churn.add_argument("--events", type=int, default=1000, help="events published after repair")
+    churn.add_argument(
+        "--repair-s", type=float, default=60.0, help="simulated seconds of repair after the crash"
+    )
+    churn.add_argument(
+        "--joins", type=int, default=0, help="peers that join while the events are published"
+    )
+    churn.add_argument(
+        "--session-median",
+        type=float,
+        metavar="SECONDS",
+        help="continuous churn: sessions of this median end in crashes, newcomers replace them",
+    )
+    churn.add_argument(
+        "--duration-s",
+        type=float,
+        default=7200.0,
+        help="continuous churn: simulated seconds of events",
+    )
+    churn.add_argument("--latency", default="synthetic", help="'synthetic', 'planetlab' or a path")
+    churn.add_argument("--json", action="store_true", help="print one JSON object")
+    churn.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    churn.set_defaults(func=_churn)
 
     from sim.lbdd_experiment import add_lbdd_parser
     from sim.sweep import add_sweep_parser

@@ -238,7 +238,9 @@ def run_thesis(
     )
     cap_rng = stream(seed, "capacity")
     proto_rng = stream(seed, "overlay")
-    overlay_cfg = replace(params.overlay, load_balancing=params.lb)
+    # The thesis' evaluation has no churn, so no replication (its cost is measured by the churn
+    # experiment instead, which switches failure detection on).
+    overlay_cfg = replace(params.overlay, load_balancing=params.lb, replicas=1)
 
     capacities: list[int] = []
 
