@@ -252,6 +252,8 @@ _T_PARK = 0
 _RECONCILE: Any = object()
 _REFRESH: Any = object()
 _PERIODIC = (_RECONCILE, _REFRESH)
+#: Copies of an internal tree node when replication is on (the leaf set's half plus one).
+INTERNAL_REPLICAS = 9
 
 
 class PubSubNode(Application):
@@ -960,7 +962,12 @@ class PubSubNode(Application):
     def _sync_replicas(self, key: tuple[str, TreeId], node: TreeNode, now: float) -> None:
         """Make the replica set of ``key`` hold copies of ``node``, or hand it over (with or
         without replication, a peer that joins takes over the keys it becomes root of)."""
-        rs = self.dht.replica_set(self._key(*key), self.cfg.replicas)
+        # Internal nodes hold no subscriptions, so copies cost almost nothing, while losing
+        # one near the top (the root above all) would cut the tree: they get the widest set.
+        k = self.cfg.replicas
+        if node.index is None and k > 1:
+            k = max(k, INTERNAL_REPLICAS)
+        rs = self.dht.replica_set(self._key(*key), k)
         me = self.dht.me
         if rs[0].id != me.id:
             # No longer the root: the peer that is takes the node over.
