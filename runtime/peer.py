@@ -715,6 +715,10 @@ class PeerRuntime:
                 "splits": ostats.splits,
                 "matched": ostats.matched,
                 "lost": ostats.lost,
+                "promoted": ostats.promoted,
+                "handed_off": ostats.handed_off,
+                "recreated": ostats.recreated,
+                "replicas_held": len(core.overlay.replicas),
             },
         }
 

@@ -170,3 +170,89 @@ def test_the_swarm_command_line_end_to_end(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stderr
     assert all(_gone(pid) for pid in pids)
     assert restarted is None or restarted.returncode == 0
+
+
+@pytest.mark.slow
+def test_sixteen_peer_processes_four_killed_with_sigkill(tmp_path: Path) -> None:
+    """Real processes: four of sixteen peers are SIGKILLed after the subscriptions are in;
+    once the keep-alives (5 s, failure after 12 s) and the replicas have repaired the overlay,
+    events published afterwards reach every live matching subscriber exactly once."""
+    import trio
+
+    from pubsub.schema import THESIS_SCHEMA
+    from runtime.client import ClientSubscription, connect
+    from sim.workload import thesis_workload
+
+    n = 16
+    base = _free_base(n)
+    swarm_dir = tmp_path / "swarm"
+    # A small leaf capacity, so that the tree splits and its nodes spread over the swarm.
+    up = rc(
+        "swarm",
+        "up",
+        "-n",
+        str(n),
+        "--dir",
+        str(swarm_dir),
+        "--base-port",
+        str(base),
+        "--capacity",
+        "4",
+    )
+    assert up.returncode == 0, up.stderr
+    info = json.loads((swarm_dir / "swarm.json").read_text())
+    victims = [info["peers"][i]["pid"] for i in (3, 6, 10, 14)]
+    living = [base + i for i in range(n) if i not in (3, 6, 10, 14)]
+    rng = random.Random(7)
+    workload = thesis_workload(random.Random(70))
+    subs = [workload.subscription(rng) for _ in range(100)]
+    events = [workload.event(rng) for _ in range(100)]
+    names = [a.name for a in THESIS_SCHEMA.attributes]
+    got: dict[int, list[int]] = {k: [] for k in range(len(subs))}
+    published: list[int] = []
+    promoted: list[int] = []
+
+    async def collect(k: int, sub: ClientSubscription) -> None:
+        async for d in sub:
+            got[k].append(d.eid)
+
+    async def main() -> None:
+        async with (
+            connect("127.0.0.1", living[0]) as a,
+            connect("127.0.0.1", living[5]) as b,
+            connect("127.0.0.1", living[9]) as pub,
+            trio.open_nursery() as readers,
+        ):
+            for k, s in enumerate(subs):
+                h = await (a, b)[k % 2].subscribe(s.describe(THESIS_SCHEMA))
+                readers.start_soon(collect, k, h)
+            await trio.sleep(2.0)
+            for pid in victims:
+                os.kill(pid, signal.SIGKILL)
+            await trio.sleep(45.0)  # detection (12 s), repair, promotions, a refresh round
+            expected = 0
+            for values in events:
+                published.append(await pub.publish(dict(zip(names, values, strict=True))))
+                expected += sum(1 for s in subs if s.matches(values, "strict"))
+            with trio.move_on_after(60):
+                while sum(len(v) for v in got.values()) < expected:
+                    await trio.sleep(0.1)
+            await trio.sleep(1.0)
+            readers.cancel_scope.cancel()
+        for port in living:
+            async with connect("127.0.0.1", port) as c:
+                promoted.append((await c.status())["overlay"]["promoted"])
+
+    try:
+        trio.run(main)
+    finally:
+        down = rc("swarm", "down", "--dir", str(swarm_dir))
+    assert down.returncode == 0, down.stderr
+    missed = dups = false = 0
+    for k, s in enumerate(subs):
+        want = {e for e, v in zip(published, events, strict=True) if s.matches(v, "strict")}
+        missed += len(want - set(got[k]))
+        false += len(set(got[k]) - want)
+        dups += len(got[k]) - len(set(got[k]))
+    assert (missed, dups, false) == (0, 0, 0)
+    assert sum(promoted) > 0  # replicas really took over from the killed peers
