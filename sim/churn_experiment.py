@@ -118,19 +118,13 @@ def _kinds(sim: Simulator, kinds: tuple[str, ...]) -> tuple[int, int]:
     return msgs, byts
 
 
-def run_churn(params: ChurnParams, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    params.check()
-    if params.session_median_s is not None:
-        return run_continuous(params, progress)
-    wall0 = time.perf_counter()
-    say = progress or (lambda _m: None)
+def _overlay(params: ChurnParams, show: bool) -> tuple[Simulator, PastryOverlay, Any]:
+    """The simulator and an empty overlay of replicating peers with failure detection on."""
     seed = params.seed
-    schema = THESIS_SCHEMA
-    workload = Workload(schema, THESIS_WORKLOAD, stream(seed, "workload-layout"))
-    registry = SchemaRegistry((schema,))
+    registry = SchemaRegistry((THESIS_SCHEMA,))
     model = latency_model(params.latency, seed)
     sim = Simulator(
-        model, stream(seed, "network"), progress=print_progress("churn") if progress else None
+        model, stream(seed, "network"), progress=print_progress("churn") if show else None
     )
     cap_rng = stream(seed, "capacity")
     proto_rng = stream(seed, "overlay")
@@ -140,7 +134,19 @@ def run_churn(params: ChurnParams, progress: Callable[[str], None] | None = None
         cap = cap_rng.randint(*params.capacity)
         return OverlayPeer(node, schemas=registry, capacity=cap, rng=proto_rng, overlay=overlay_cfg)
 
-    net = PastryOverlay(sim, seed, config=PastryConfig(), core_factory=make_core)
+    return sim, PastryOverlay(sim, seed, config=PastryConfig(), core_factory=make_core), model
+
+
+def run_churn(params: ChurnParams, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    params.check()
+    if params.session_median_s is not None:
+        return run_continuous(params, progress)
+    wall0 = time.perf_counter()
+    say = progress or (lambda _m: None)
+    seed = params.seed
+    schema = THESIS_SCHEMA
+    workload = Workload(schema, THESIS_WORKLOAD, stream(seed, "workload-layout"))
+    sim, net, model = _overlay(params, progress is not None)
     indices = net.create(params.nodes)
     net.oracle_bootstrap(indices)
     joiners = list(net.create(params.joins)) if params.joins else []
@@ -344,20 +350,7 @@ def run_continuous(
     grace_s = 30.0
     schema = THESIS_SCHEMA
     workload = Workload(schema, THESIS_WORKLOAD, stream(seed, "workload-layout"))
-    registry = SchemaRegistry((schema,))
-    model = latency_model(params.latency, seed)
-    sim = Simulator(
-        model, stream(seed, "network"), progress=print_progress("churn") if progress else None
-    )
-    cap_rng = stream(seed, "capacity")
-    proto_rng = stream(seed, "overlay")
-    overlay_cfg = replace(params.overlay, replicas=params.replicas)
-
-    def make_core(i: int, node: PastryNode) -> OverlayPeer:
-        cap = cap_rng.randint(*params.capacity)
-        return OverlayPeer(node, schemas=registry, capacity=cap, rng=proto_rng, overlay=overlay_cfg)
-
-    net = PastryOverlay(sim, seed, config=PastryConfig(), core_factory=make_core)
+    sim, net, model = _overlay(params, progress is not None)
     net.oracle_bootstrap(net.create(params.nodes))
     peers: list[OverlayPeer] = net.cores  # type: ignore[assignment]
     got = _Deliveries()
