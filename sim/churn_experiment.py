@@ -460,6 +460,8 @@ def run_continuous(
         "arrivals": arrivals,
         "subscriptions": len(subs),
         "subscriptions_installed": len(installed_at),
+        # Subscriptions of peers alive at the end with a piece no live peer holds.
+        "subscriptions_lost": _lost_subscriptions(peers, set(died), owners),
         "events": len(published),
         "expected_deliveries": want_total,
         "deliveries": hit,

@@ -87,7 +87,7 @@ def _churn(args: argparse.Namespace) -> int:
     )
     result = run_churn(params, progress=None if args.quiet else _stderr_progress("churn"))
     _emit(result, args.json, _print_churn_summary)
-    bad = result.get("subscriptions_lost", 0) + result["duplicates"] + result["false_positives"]
+    bad = result["subscriptions_lost"] + result["duplicates"] + result["false_positives"]
     return 0 if bad == 0 else 1
 
 
@@ -97,7 +97,8 @@ def _print_churn_summary(r: dict[str, Any]) -> None:
             f"{r['nodes']} peers, median session {r['session_median_s']:.0f} s, "
             f"{r['duration_s']:.0f} s of events: {r['departures']} crashes, "
             f"{r['arrivals']} joins, k = {r['replicas']}\n"
-            f"subscriptions: {r['subscriptions_installed']:,} installed of {r['subscriptions']:,}\n"
+            f"subscriptions: {r['subscriptions_installed']:,} installed of {r['subscriptions']:,},"
+            f" {r['subscriptions_lost']} lost\n"
             f"deliveries: {r['deliveries']:,} of {r['expected_deliveries']:,} "
             f"(recall {r['delivery_recall']:.6f}), {r['duplicates']} duplicates, "
             f"{r['false_positives']} false positives\n"
