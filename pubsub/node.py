@@ -221,6 +221,8 @@ class OverlayStats:
     refreshes: int = 0
     #: Leaves recreated empty because their whole replica set died (refreshes refill them).
     recreated: int = 0
+    #: Notifications for a subscription this peer no longer has, dropped.
+    stale_deliveries: int = 0
     handed_off: int = 0
     replica_puts: int = 0
     replica_ops: int = 0
@@ -855,9 +857,14 @@ class PubSubNode(Application):
         # another. Repeats are dropped here and counted.
         eid = msg.event.eid
         got = self._got
+        subs = self._subs
         fresh = []
         for sid in msg.sids:
-            if (sid, eid) in got:
+            if sid not in subs:
+                # Removed (or never ours): a leaf still holds an orphan piece of it, e.g. one a
+                # refresh stored again while the removal was on its way. Not the application's.
+                self.stats.stale_deliveries += 1
+            elif (sid, eid) in got:
                 self.stats.repeated_deliveries += 1
             else:
                 got[(sid, eid)] = now

@@ -123,10 +123,19 @@ def test_four_of_sixteen_peers_crashing_lose_no_subscription_of_the_living() -> 
     every live matching subscriber exactly once."""
     from dataclasses import replace
 
+    from pubsub.node import OverlayConfig
     from runtime.inprocess import leaf_sets_converged
     from runtime.peer import RUNTIME_PASTRY, PeerConfig
 
-    fast = PeerConfig(pastry=replace(RUNTIME_PASTRY, keepalive_s=0.5, fail_after_s=1.5))
+    # Everything on a short fuse, so the test needs seconds, not minutes: failure detection,
+    # subscriber refresh (which restores pieces whose replicas had not arrived yet when their
+    # primary died) and the wait before a leaf lost whole is recreated.
+    # A small leaf capacity spreads the tree over the swarm, so the victims do host some of it.
+    fast = PeerConfig(
+        capacity=4,
+        pastry=replace(RUNTIME_PASTRY, keepalive_s=0.5, fail_after_s=1.5),
+        overlay=OverlayConfig(refresh_s=2.0, park_timeout_s=2.0),
+    )
     rng = random.Random(16)
     workload = thesis_workload(random.Random(160))
     subs = [workload.subscription(rng) for _ in range(120)]
@@ -165,7 +174,8 @@ def test_four_of_sixteen_peers_crashing_lose_no_subscription_of_the_living() -> 
                     with trio.move_on_after(60):  # guard against a hang
                         while not leaf_sets_converged(peers):
                             await trio.sleep(0.1)
-                    await trio.sleep(2.0)  # a reconcile round: promotions, re-replication
+                    # Reconcile rounds (promotions, re-replication) and refresh rounds.
+                    await trio.sleep(8.0)
                     expected = 0
                     for values in events:
                         published.append(await pub.publish(dict(zip(names, values, strict=True))))
