@@ -1,4 +1,6 @@
-"""Pastry's wire messages (tags 1-31). Field order is the wire order; append, never reorder."""
+"""The DHTs' wire messages (tags 1-31): Pastry's, and Kademlia's lookup steps (Kademlia reuses
+``Route``, ``HopAck``, ``Ping``, ``Pong``, ``Direct`` and ``Leave``). Field order is the wire
+order; append, never reorder."""
 
 from __future__ import annotations
 
@@ -104,6 +106,22 @@ class Leave(Message, tag=14):
     sender: Handle
 
 
+class FindNode(Message, tag=15):
+    """Kademlia: "the ``k`` nodes you know closest to ``target``", one step of a lookup."""
+
+    lid: U63
+    sender: Handle
+    target: WireBytes
+
+
+class FoundNodes(Message, tag=16):
+    """Kademlia: the answer to ``FindNode`` (the sender's closest contacts, closest first)."""
+
+    lid: U63
+    sender: Handle
+    nodes: list[Handle]
+
+
 register(
     "dht",
     Route,
@@ -120,11 +138,15 @@ register(
     RowReply,
     Direct,
     Leave,
+    FindNode,
+    FoundNodes,
 )
 
 __all__ = [
     "Announce",
     "Direct",
+    "FindNode",
+    "FoundNodes",
     "Handle",
     "HopAck",
     "JoinReply",

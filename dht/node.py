@@ -385,6 +385,10 @@ class PastryNode:
         )
         return ranked[:n]
 
+    def neighbours(self) -> list[Peer]:
+        """The leaf set's members: the peers the overlay's replicas live on."""
+        return self.leaves.members()
+
     def known_peers(self) -> list[Peer]:
         seen: dict[int, Peer] = {}
         for p in chain(self.leaves.members(), self.table.entries()):

@@ -65,9 +65,17 @@ def _peer_start(args: argparse.Namespace) -> int:
         if isinstance(known, list) and known:
             contacts = [parse_endpoint(str(k)) for k in known]
             log.info("rejoining through %d peers remembered in the state directory", len(contacts))
+    dht = args.dht or saved.get("dht") or "pastry"
+    if saved.get("dht") not in (None, dht):
+        raise LocalProtocolError(
+            f"this state directory belongs to a {saved['dht']} peer; --dht {dht} cannot reuse it"
+        )
+    if state is not None and saved.get("dht") is None:
+        state.write({**saved, "dht": dht})
     config = PeerConfig(
         host=host,
         port=port,
+        dht=dht,
         capacity=args.capacity,
         overlay=OverlayConfig(probe=args.probe, delivery=args.delivery),
     )
@@ -151,15 +159,26 @@ def _peer_status(args: argparse.Namespace) -> int:
 def _format_status(st: dict[str, Any]) -> str:
     rt, rej = st["routing_table"], st["rejected"]
     lines = [
-        f"peer      {st['id']}  {st['address']}  ({st['state']}, up {st['uptime_s']:.0f} s)",
-        f"leaf set  {len(st['leaf_set']['left'])} left, {len(st['leaf_set']['right'])} right",
+        f"peer      {st['id']}  {st['address']}  ({st['state']}, up {st['uptime_s']:.0f} s, "
+        f"{st.get('dht_kind', 'pastry')})",
     ]
-    for side in ("left", "right"):
-        for p in st["leaf_set"][side]:
-            lines.append(f"          {side:<5} {p}")
-    lines.append(
-        f"routing   {rt['entries']} entries in {rt['rows']} rows (per row: {rt['per_row']})"
-    )
+    if "per_bucket" in rt:
+        lines.append(f"siblings  {len(st['neighbours'])} closest by XOR")
+        lines.extend(f"          {p}" for p in st["neighbours"])
+        lines.append(
+            f"routing   {rt['entries']} contacts in {rt['buckets']} k-buckets "
+            f"(by shared prefix: {rt['per_bucket']})"
+        )
+    else:
+        lines.append(
+            f"leaf set  {len(st['leaf_set']['left'])} left, {len(st['leaf_set']['right'])} right"
+        )
+        for side in ("left", "right"):
+            for p in st["leaf_set"][side]:
+                lines.append(f"          {side:<5} {p}")
+        lines.append(
+            f"routing   {rt['entries']} entries in {rt['rows']} rows (per row: {rt['per_row']})"
+        )
     leaves = [t for t in st["tree_nodes"] if t["leaf"]]
     lines.append(
         f"tree      {len(st['tree_nodes'])} tree nodes hosted ({len(leaves)} leaves, "
@@ -272,6 +291,12 @@ def add_runtime_parsers(top: Any) -> None:
         help="state directory: the peer's key pair (hence its id) and whom it knew",
     )
     start.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
+    start.add_argument(
+        "--dht",
+        choices=("pastry", "kademlia"),
+        help="the DHT under the overlay (default: the one saved in --state, else pastry); "
+        "every peer of a swarm must use the same",
+    )
     start.add_argument(
         "--capacity", type=int, default=100, help="subscriptions a tree leaf holds before it splits"
     )

@@ -12,7 +12,8 @@ from runtime.peer import PeerConfig, PeerRuntime
 
 
 def leaf_sets_converged(peers: list[PeerRuntime]) -> bool:
-    """Whether every running peer's leaf set is exactly what the whole membership implies."""
+    """Whether every running peer's leaf set (Kademlia: sibling list) is exactly what the whole
+    membership implies."""
     live = [
         p
         for p in peers
@@ -20,8 +21,16 @@ def leaf_sets_converged(peers: list[PeerRuntime]) -> bool:
     ]
     if not live:
         return False
-    half = live[0].cfg.pastry.leaf_set_size // 2
     ids = sorted(p.identity.int_id for p in live)
+    if live[0].cfg.dht == "kademlia":
+        s = live[0].cfg.kademlia.siblings
+        for p in live:
+            own = p.identity.int_id
+            want = sorted((x for x in ids if x != own), key=lambda x: x ^ own)[:s]
+            if [q.id for q in p.dht.neighbours()] != want:
+                return False
+        return True
+    half = live[0].cfg.pastry.leaf_set_size // 2
     n = len(ids)
     pos = {x: k for k, x in enumerate(ids)}
     for p in live:
@@ -29,7 +38,7 @@ def leaf_sets_converged(peers: list[PeerRuntime]) -> bool:
         reach = min(half, n - 1)
         want = {ids[(k + j) % n] for j in range(1, reach + 1)}
         want |= {ids[(k - j) % n] for j in range(1, reach + 1)}
-        have = {q.id for q in p.dht.leaves.members()}
+        have = {q.id for q in p.dht.neighbours()}
         if have != want:
             return False
     return True

@@ -41,6 +41,7 @@ from typing import Any
 import trio
 
 from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from dht.kademlia import KademliaConfig, KademliaNode
 from dht.node import PastryConfig, PastryNode, State
 from dht.routing import Peer
 from dht.wire import Message, codec
@@ -67,6 +68,7 @@ from runtime.guard import (
     wire_codec,
 )
 from runtime.identity import Identity, PeerAddress, StateDir, node_id_of
+from runtime.kademlia_bridge import KademliaService
 from runtime.messages import Authed, Hello, HelloReply, Sealed, SessionOpen
 from runtime.service import ClientSession, Owner
 
@@ -75,6 +77,8 @@ log = logging.getLogger("rangecast.peer")
 #: Real networks are slower and burstier than the simulator's model: a hop ack that misses its
 #: deadline declares the next hop dead for ``dead_ttl_s``, so the floor is generous.
 RUNTIME_PASTRY = PastryConfig(ack_floor_s=2.0, ack_rtt_factor=4.0)
+RUNTIME_KADEMLIA = KademliaConfig(ack_floor_s=2.0, ack_rtt_factor=4.0)
+DHTS = ("pastry", "kademlia")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +87,14 @@ class PeerConfig:
     #: 0: let the OS pick a free port (the bound one is in ``PeerRuntime.address``).
     port: int = 0
     capacity: int = 100
+    #: The substrate: "pastry", or "kademlia" (the overlay routes with the Kademlia core, and
+    #: the kademlia package's own server answers Kademlia RPCs on the same port over UDP).
+    dht: str = "pastry"
     pastry: PastryConfig = RUNTIME_PASTRY
+    kademlia: KademliaConfig = RUNTIME_KADEMLIA
+    #: With ``dht="kademlia"``: also run the kademlia package's server (UDP, same port number),
+    #: so plain Kademlia nodes can bootstrap from this peer and share its key/value store.
+    kademlia_rpc: bool = True
     overlay: OverlayConfig = field(default_factory=OverlayConfig)
     #: Per connection, and per signing peer: frames per second and burst before frames are
     #: dropped as a flood.
@@ -101,6 +112,10 @@ class PeerConfig:
     seed: int | None = None
     #: How often the known peers are written to the state directory, for rejoining.
     save_every_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.dht not in DHTS:
+            raise LocalProtocolError(f"dht must be one of {', '.join(DHTS)}, got {self.dht!r}")
 
     def with_overlay(self, **kw: Any) -> PeerConfig:
         return replace(self, overlay=replace(self.overlay, **kw))
@@ -170,6 +185,8 @@ class PeerRuntime:
         self._wire = wire_codec()
         self._gate: Gate | None = None
         self._started = 0.0
+        #: The kademlia package's server (``dht="kademlia"`` with ``kademlia_rpc``).
+        self.kademlia: KademliaService | None = None
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -180,7 +197,7 @@ class PeerRuntime:
         return self.address.to_bytes()
 
     @property
-    def dht(self) -> PastryNode:
+    def dht(self) -> PastryNode | KademliaNode:
         if self.core is None:
             raise LocalProtocolError("the peer is not running yet")
         return self.core.dht
@@ -197,9 +214,15 @@ class PeerRuntime:
         port = listeners[0].socket.getsockname()[1]
         self.address = PeerAddress(self.identity.node_id, self.cfg.host, port)
         addr = self.address.to_bytes()
-        dht = PastryNode(
-            self.identity.int_id, addr, self.rng, config=self.cfg.pastry, proximity=self._rtt
-        )
+        dht: PastryNode | KademliaNode
+        if self.cfg.dht == "kademlia":
+            dht = KademliaNode(
+                self.identity.int_id, addr, self.rng, config=self.cfg.kademlia, proximity=self._rtt
+            )
+        else:
+            dht = PastryNode(
+                self.identity.int_id, addr, self.rng, config=self.cfg.pastry, proximity=self._rtt
+            )
         self.core = OverlayPeer(
             dht,
             schemas=self.schemas,
@@ -214,6 +237,9 @@ class PeerRuntime:
         try:
             await self._serve(listeners, contacts, task_status)
         finally:
+            if self.kademlia is not None:
+                with trio.CancelScope(shield=True):
+                    await self.kademlia.stop()
             self.stopped.set()
 
     async def _serve(
@@ -229,6 +255,11 @@ class PeerRuntime:
             nursery.start_soon(self._timer_loop)
             log.info("peer %s listening on %s", self.identity.node_id.hex(), self.address.endpoint)
             await self._enter(contacts or [])
+            if self.cfg.dht == "kademlia" and self.cfg.kademlia_rpc:
+                self.kademlia = KademliaService(
+                    self.identity.node_id, ksize=self.cfg.kademlia.k, alpha=self.cfg.kademlia.alpha
+                )
+                await self.kademlia.start(self.cfg.host, self.address.port, contacts or [])
             self._save_state()
             if self.state_dir is not None:
                 nursery.start_soon(self._save_loop)
@@ -278,9 +309,9 @@ class PeerRuntime:
                     await self._ready.wait()
                 if dht.state is State.READY:
                     log.info(
-                        "joined: %d leaves, %d routing entries",
-                        len(dht.leaves.members()),
-                        sum(1 for _ in dht.table.entries()),
+                        "joined: %d neighbours, %d contacts",
+                        len(dht.neighbours()),
+                        len(dht.known_peers()),
                     )
                     return
                 if dht.state is State.FAILED:
@@ -410,6 +441,23 @@ class PeerRuntime:
         self._pump()
         return eid
 
+    async def store(self, key: str | bytes, value: bytes | str | int | float) -> bool:
+        """Kademlia mode: store ``value`` under ``key`` in the Kademlia network's key/value
+        store (the package's ``set``: on the k nodes closest to SHA-1(key))."""
+        return await self._kademlia_service().store(key, value)
+
+    async def fetch(self, key: str | bytes) -> bytes | str | int | float | None:
+        """Kademlia mode: the value under ``key`` (the package's ``get``), or None."""
+        return await self._kademlia_service().fetch(key)
+
+    def _kademlia_service(self) -> KademliaService:
+        if self.kademlia is None:
+            raise LocalProtocolError(
+                "no Kademlia key/value store: the peer runs with --dht pastry (or without "
+                "kademlia_rpc)"
+            )
+        return self.kademlia
+
     def _running(self) -> OverlayPeer:
         if self.core is None or self.core.dht.state is not State.READY:
             raise LocalProtocolError("the peer is not part of an overlay (not joined yet, or left)")
@@ -440,7 +488,7 @@ class PeerRuntime:
         """Remember where we listened and whom we knew, to rejoin after a restart."""
         if self.state_dir is None or self.core is None or self.address is None:
             return
-        peers = [PeerAddress.from_bytes(p.addr) for p in self.core.dht.leaves.members()]
+        peers = [PeerAddress.from_bytes(p.addr) for p in self.core.dht.neighbours()]
         data = self.state_dir.read()
         data["address"] = self.address.endpoint
         data["known_peers"] = sorted({p.endpoint for p in peers})
@@ -654,8 +702,23 @@ class PeerRuntime:
             except RemoteProtocolError:
                 return repr(p.addr)
 
-        rows = dht.table.rows
-        filled = [sum(1 for e in row if e is not None) for row in rows]
+        if isinstance(dht, KademliaNode):
+            buckets = dht.table.buckets
+            per_bucket = {str(i): len(buckets[i]) for i in sorted(buckets)}
+            routing: dict[str, Any] = {
+                "entries": sum(per_bucket.values()),
+                "buckets": len(per_bucket),
+                "per_bucket": per_bucket,
+            }
+            leaf_set = {"left": [], "right": []}
+        else:
+            rows = dht.table.rows
+            filled = [sum(1 for e in row if e is not None) for row in rows]
+            routing = {"entries": sum(filled), "rows": len(rows), "per_row": filled}
+            leaf_set = {
+                "left": [show(p) for p in dht.leaves.left],
+                "right": [show(p) for p in dht.leaves.right],
+            }
         hosted = []
         for schema, node in core.overlay.tree_nodes():
             tid = node.tid
@@ -675,15 +738,20 @@ class PeerRuntime:
             "address": self.address.endpoint,
             "state": dht.state.value,
             "uptime_s": round(trio.current_time() - self._started, 3),
-            "leaf_set": {
-                "left": [show(p) for p in dht.leaves.left],
-                "right": [show(p) for p in dht.leaves.right],
-            },
-            "routing_table": {
-                "entries": sum(filled),
-                "rows": len(rows),
-                "per_row": filled,
-            },
+            "dht_kind": self.cfg.dht,
+            "neighbours": [show(p) for p in dht.neighbours()],
+            "leaf_set": leaf_set,
+            "routing_table": routing,
+            "kademlia_rpc": (
+                {
+                    "port": self.kademlia.port,
+                    "stored": len(self.kademlia.storage.data),
+                    "refused_values": self.kademlia.storage.refused,
+                    "malformed": self.kademlia.malformed,
+                }
+                if self.kademlia is not None
+                else None
+            ),
             "tree_nodes": hosted,
             "subscriptions": len(core.overlay.subscriptions()),
             "links": len(self._links),

@@ -103,6 +103,8 @@ def _spawn(i: int, port: int, dir_: Path, join: int | None, args: argparse.Names
         str(state),
         "--capacity",
         str(args.capacity),
+        "--dht",
+        args.dht,
     ]
     if join is not None:
         cmd += ["--join", f"127.0.0.1:{join}"]
@@ -153,7 +155,12 @@ def _up(args: argparse.Namespace) -> int:
             f"ports in use: {', '.join(map(str, busy[:10]))}; choose another --base-port"
         )
     dir_.mkdir(parents=True, exist_ok=True)
-    data: dict[str, Any] = {"created": time.time(), "schema": args.schema or "thesis", "peers": []}
+    data: dict[str, Any] = {
+        "created": time.time(),
+        "schema": args.schema or "thesis",
+        "dht": args.dht,
+        "peers": [],
+    }
     t0 = time.monotonic()
 
     def progress(msg: str) -> None:
@@ -177,8 +184,8 @@ def _up(args: argparse.Namespace) -> int:
                 st = await _probe(base + i)
                 if st is None or st.get("state") != "ready":
                     continue
-                members = {*st["leaf_set"]["left"], *st["leaf_set"]["right"]}
-                if full and len(members) < want:
+                members = set(st["neighbours"])
+                if full and len(members) < min(want, _neighbourhood(args.dht)):
                     continue
                 done[i] = st
             if len(done) == len(indices):
@@ -236,9 +243,7 @@ def _status(args: argparse.Namespace) -> int:
                     "pid": p["pid"],
                     "process": "running" if alive else "gone",
                     "state": st["state"] if st else None,
-                    "leaf_set": len({*st["leaf_set"]["left"], *st["leaf_set"]["right"]})
-                    if st
-                    else None,
+                    "leaf_set": len(st["neighbours"]) if st else None,
                     "routing_entries": st["routing_table"]["entries"] if st else None,
                     "tree_nodes": len(st["tree_nodes"]) if st else None,
                     "rejected": st["rejected"]["total"] if st else None,
@@ -263,6 +268,13 @@ def _status(args: argparse.Namespace) -> int:
             )
     healthy = all(r["process"] == "running" and r["state"] == "ready" for r in rows)
     return 0 if healthy else 1
+
+
+def _neighbourhood(dht: str) -> int:
+    """How many neighbours a peer has in a large enough swarm (leaf set, or siblings)."""
+    from runtime.peer import RUNTIME_KADEMLIA
+
+    return RUNTIME_KADEMLIA.siblings if dht == "kademlia" else LEAF_SET_SIZE
 
 
 def _dash(v: object) -> str:
@@ -326,6 +338,12 @@ def add_swarm_parser(top: Any) -> None:
     up.add_argument("--base-port", type=int, default=7400, help="peer i listens on base-port + i")
     up.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
     up.add_argument("--capacity", type=int, default=100, help="leaf capacity before a split")
+    up.add_argument(
+        "--dht",
+        choices=("pastry", "kademlia"),
+        default="pastry",
+        help="the DHT under the overlay, for every peer",
+    )
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the joins")
     up.add_argument("--quiet", action="store_true", help="no progress on stderr")
     up.set_defaults(func=_up)

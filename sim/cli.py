@@ -25,6 +25,8 @@ def _route(args: argparse.Namespace) -> int:
         repair_s=args.repair_s,
         lookup_rate_per_s=args.lookup_rate,
         loss=args.loss,
+        dht=args.dht,
+        lookup=args.lookup,
     )
     result = run_route(
         params,
@@ -50,6 +52,8 @@ def _thesis(args: argparse.Namespace) -> int:
         events_from=args.events_from,
         missing=args.missing,
         latency=args.latency,
+        dht=args.dht,
+        lookup=args.lookup,
         overlay=OverlayConfig(
             min_level=args.min_level,
             max_level=args.max_level,
@@ -134,7 +138,7 @@ def _print_thesis_summary(r: dict[str, Any]) -> None:
         else "MISMATCH against the oracle"
     )
     lines = [
-        f"Content-based pub/sub, thesis workload: {r['nodes']:,} nodes, "
+        f"Content-based pub/sub, thesis workload: {r['nodes']:,} nodes on {_dht_name(r)}, "
         f"{r['subscriptions']:,} subscriptions, {r['events']:,} events, seed {r['seed']}",
         f"  schema {r['schema']} ({r['partial']}), load balancing {'on' if r['lb'] else 'off'}, "
         f"latency model {lm['name']} (mean RTT {lm['mean_rtt_ms']:.0f} ms)",
@@ -161,6 +165,22 @@ def _print_thesis_summary(r: dict[str, Any]) -> None:
     print("\n".join(lines))
 
 
+def _add_dht(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dht",
+        choices=("pastry", "kademlia"),
+        default="pastry",
+        help="the DHT under the overlay (docs/kademlia.md compares the two)",
+    )
+    parser.add_argument(
+        "--lookup",
+        choices=("iterative", "recursive"),
+        default="iterative",
+        help="Kademlia only: iterative lookups from the origin (alpha queries in flight), or "
+        "hop-by-hop forwarding to the XOR-closest contact",
+    )
+
+
 def _emit(result: dict[str, Any], as_json: bool, summary: Callable[[dict[str, Any]], None]) -> None:
     """One JSON object on stdout, or the readable summary."""
     if as_json:
@@ -176,10 +196,16 @@ def _stderr_progress(label: str) -> Callable[[str], None]:
     return say
 
 
+def _dht_name(r: dict[str, Any]) -> str:
+    if r.get("dht") == "kademlia":
+        return f"Kademlia ({r['lookup']})"
+    return "Pastry"
+
+
 def _print_route_summary(r: dict[str, Any]) -> None:
     lm = r["latency_model"]
     lines = [
-        f"Pastry routing: {r['nodes']:,} nodes ({r['bootstrap']} bootstrap), "
+        f"{_dht_name(r)} routing: {r['nodes']:,} nodes ({r['bootstrap']} bootstrap), "
         f"{r['lookups']:,} lookups, seed {r['seed']}",
         f"  latency model      {lm['name']} (mean RTT {lm['mean_rtt_ms']:.1f} ms)",
     ]
@@ -238,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     route = sims.add_parser(
         "route",
-        help="route random lookups through a simulated Pastry overlay, checked by an oracle",
+        help="route random lookups through a simulated DHT, checked by an oracle",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     route.add_argument("--nodes", type=int, default=1000, help="overlay size N")
@@ -269,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="lookups injected per simulated second (Poisson)",
     )
     route.add_argument("--loss", type=float, default=0.0, help="message loss probability")
+    _add_dht(route)
     _add_out(route)
     route.add_argument("--json", action="store_true", help="print one JSON object")
     route.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -334,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="notifications: one message per matched subscriber, grouped per next hop towards "
         "the subscribers' ids, or down an LBDD tree in which subscribers relay",
     )
+    _add_dht(thesis)
     _add_out(thesis)
     thesis.add_argument("--json", action="store_true", help="print one JSON object")
     thesis.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -1,22 +1,27 @@
-"""A simulated Pastry overlay: node creation, the two bootstraps, failure injection and the
-oracle that every check compares against.
+"""A simulated DHT overlay (Pastry, or Kademlia with a ``KademliaConfig``): node creation, the
+two bootstraps, failure injection and the oracle that every check compares against.
 
 ``oracle`` bootstrap builds each node's leaf set and routing table directly from the whole
 membership. Routing-table candidates for a slot are contiguous in sorted id order, so they are
 found by bisection; among them the node keeps the one nearest by the latency model out of an
 evenly spaced sample of at most ``pns_sample`` (proximity neighbour selection, approximated as a
-real PNS-driven Pastry approximates it). ``join`` bootstrap runs the real join protocol, one node
+real PNS-driven Pastry approximates it). For Kademlia it fills every k-bucket with up to ``k``
+members of its id range drawn at random (a bucket keeps the first live nodes it met, which have
+nothing to do with latency). ``join`` bootstrap runs the real join protocol, one node
 after another with exponential gaps, so that the protocol itself is what gets exercised.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 import random
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from dht.errors import LocalProtocolError
 from dht.ids import IdSpace
+from dht.kademlia import KademliaConfig, KademliaNode
 from dht.node import Application, PastryConfig, PastryNode, State
 from dht.routing import Peer
 from sim.engine import Core, Simulator
@@ -39,28 +44,48 @@ class _RttTo:
         return self.rtt(self.index, j) if j is not None else 1e9
 
 
+Substrate = PastryNode | KademliaNode
+DHTS = ("pastry", "kademlia")
+
+
+def dht_config(
+    dht: str, *, lookup: str = "iterative", failure_free: bool = False
+) -> PastryConfig | KademliaConfig:
+    """The substrate's configuration by name. ``failure_free``: no keep-alives and no hop or
+    lookup deadlines (experiments without churn, where they would only cost wall time)."""
+    if dht not in DHTS:
+        raise LocalProtocolError(f"--dht must be one of {', '.join(DHTS)}, got {dht!r}")
+    off: dict[str, Any] = {"keepalive_s": math.inf, "hop_acks": False} if failure_free else {}
+    if dht == "kademlia":
+        return KademliaConfig(lookup=lookup, **off)
+    if lookup != "iterative":
+        raise LocalProtocolError("--lookup applies to --dht kademlia only")
+    return PastryConfig(**off)
+
+
 class PastryOverlay:
-    """The Pastry nodes of one simulated run."""
+    """The DHT nodes of one simulated run (Pastry unless ``config`` is a ``KademliaConfig``)."""
 
     def __init__(
         self,
         sim: Simulator,
         seed: int,
         *,
-        config: PastryConfig | None = None,
+        config: PastryConfig | KademliaConfig | None = None,
         app_factory: Callable[[int], Application] | None = None,
-        core_factory: Callable[[int, PastryNode], Core] | None = None,
+        core_factory: Callable[[int, Any], Core] | None = None,
     ) -> None:
         self.sim = sim
         self.seed = seed
         self.cfg = config or PastryConfig()
+        self.kademlia = isinstance(self.cfg, KademliaConfig)
         self.space: IdSpace = self.cfg.space
         self.app_factory = app_factory
         #: Wraps each Pastry node into the core the engine drives (the overlay stack);
         #: by default the engine drives the Pastry node itself.
         self.core_factory = core_factory
         self.cores: list[Core] = []
-        self.nodes: list[PastryNode] = []
+        self.nodes: list[Any] = []
         self.peers: list[Peer] = []
         self._ids_rng = stream(seed, "ids")
         self._place_rng = stream(seed, "placement")
@@ -81,11 +106,11 @@ class PastryOverlay:
             self._taken.add(ident)
             addr = self.sim.addrs[i]
             app = self.app_factory(i) if self.app_factory else None
-            node = PastryNode(
+            node = (KademliaNode if self.kademlia else PastryNode)(
                 ident,
                 addr,
                 self._proto_rng,
-                config=self.cfg,
+                config=self.cfg,  # type: ignore[arg-type]
                 proximity=_RttTo(i, self.sim.latency, self.sim.index_of),
                 app=app,
             )
@@ -103,8 +128,11 @@ class PastryOverlay:
     # ------------------------------------------------------------------------ oracle state
 
     def oracle_bootstrap(self, indices: Sequence[int], pns_sample: int = 16) -> None:
-        """Install exact leaf sets and PNS routing tables for ``indices`` (their whole
-        membership), as if the overlay had converged."""
+        """Install exact leaf sets and PNS routing tables (Kademlia: full k-buckets) for
+        ``indices`` (their whole membership), as if the overlay had converged."""
+        if isinstance(self.cfg, KademliaConfig):
+            self._oracle_buckets(indices, self.cfg.k)
+            return
         space = self.space
         half = self.cfg.leaf_set_size // 2
         peers = self.peers
@@ -146,6 +174,35 @@ class PastryOverlay:
                     break
                 row += 1
             self.nodes[i].install_state(left, right, rows, now)
+            self.sim.poke(i)
+
+    def _oracle_buckets(self, indices: Sequence[int], k: int) -> None:
+        bits = self.space.bits
+        peers = self.peers
+        order = sorted(indices, key=lambda i: peers[i].id)
+        ids = [peers[i].id for i in order]
+        rng = stream(self.seed, "kbuckets")
+        now = self.sim.now
+        for i in order:
+            own = peers[i].id
+            contacts: list[Peer] = []
+            j = 0
+            while j < bits:
+                shift = bits - j - 1
+                lo_id = ((own >> shift) ^ 1) << shift
+                lo = bisect.bisect_left(ids, lo_id)
+                hi = bisect.bisect_left(ids, lo_id + (1 << shift), lo)
+                span = range(lo, hi)
+                picks = span if hi - lo <= k else sorted(rng.sample(span, k))
+                contacts.extend(peers[order[p]] for p in picks)
+                # Deeper buckets exist only while another node shares our next bit too.
+                mine = (own >> shift) << shift
+                lo = bisect.bisect_left(ids, mine)
+                hi = bisect.bisect_left(ids, mine + (1 << shift), lo)
+                if hi - lo <= 1:
+                    break
+                j += 1
+            self.nodes[i].install_state(contacts, now)
             self.sim.poke(i)
 
     # -------------------------------------------------------------------------------- joins
@@ -219,14 +276,27 @@ class PastryOverlay:
     # ------------------------------------------------------------------------------- oracle
 
     def oracle(self) -> Oracle:
-        return Oracle(self.space, [(self.peers[i].id, i) for i in self.live()])
+        members = [(self.peers[i].id, i) for i in self.live()]
+        return Oracle(self.space, members, xor=self.kademlia)
 
     def oracle_leaf_sets(self) -> dict[int, tuple[list[int], list[int]]]:
         """For every live node: its (left, right) leaf ids as a perfect overlay would have."""
+        assert isinstance(self.cfg, PastryConfig)
         return self.oracle().leaf_sets(self.cfg.leaf_set_size // 2)
 
     def leafset_mismatches(self) -> list[int]:
-        """Live nodes whose leaf set differs from the oracle's."""
+        """Live nodes whose leaf set (Kademlia: sibling list) differs from the oracle's."""
+        if isinstance(self.cfg, KademliaConfig):
+            live = self.live()
+            ids = [self.peers[i].id for i in live]
+            n = self.cfg.siblings
+            bad = []
+            for i in live:
+                own = self.peers[i].id
+                want = sorted((x for x in ids if x != own), key=lambda x: x ^ own)[:n]
+                if [p.id for p in self.nodes[i].neighbours()] != want:
+                    bad.append(i)
+            return bad
         expected = self.oracle_leaf_sets()
         bad = []
         for i, (left, right) in expected.items():
@@ -241,16 +311,20 @@ class PastryOverlay:
 class Oracle:
     """Brute-force knowledge of the live membership."""
 
-    def __init__(self, space: IdSpace, members: list[tuple[int, int]]) -> None:
+    def __init__(self, space: IdSpace, members: list[tuple[int, int]], xor: bool = False) -> None:
         if not members:
             raise LocalProtocolError("the oracle needs at least one live node")
         self.space = space
+        self.xor = xor
         members = sorted(members)
         self.ids = [m[0] for m in members]
         self.index = [m[1] for m in members]
 
     def root(self, key: int) -> int:
-        """Index of the live node numerically closest to ``key`` (ties: smaller id)."""
+        """Index of the live node numerically closest to ``key`` (ties: smaller id); with
+        ``xor``, the one whose id XOR ``key`` is smallest (Kademlia)."""
+        if self.xor:
+            return self._xor_root(key)
         ids, n, space = self.ids, len(self.ids), self.space
         k = bisect.bisect_left(ids, key)
         best = None
@@ -261,6 +335,26 @@ class Oracle:
                 best = cand
         assert best is not None
         return self.index[best[2]]
+
+    def _xor_root(self, key: int) -> int:
+        # Walk down the binary trie of the sorted ids: at each bit keep the key's side if any
+        # member lies there.
+        ids = self.ids
+        lo, hi = 0, len(ids)
+        prefix = 0
+        for bit in range(self.space.bits - 1, -1, -1):
+            want = prefix | (key & (1 << bit))
+            mid = bisect.bisect_left(ids, prefix | (1 << bit), lo, hi)
+            if want & (1 << bit):
+                if mid < hi:
+                    lo, prefix = mid, want
+                else:
+                    hi = mid
+            elif lo < mid:
+                hi = mid
+            else:
+                lo, prefix = mid, prefix | (1 << bit)
+        return self.index[lo]
 
     def leaf_sets(self, half: int) -> dict[int, tuple[list[int], list[int]]]:
         ids, n = self.ids, len(self.ids)

@@ -1,11 +1,12 @@
-"""``rangecast sim route``: route random lookups through a simulated Pastry overlay and check
-every delivery against the oracle.
+"""``rangecast sim route``: route random lookups through a simulated DHT (Pastry or Kademlia) and
+check every delivery against the oracle.
 
 Stages: place and create N nodes; bootstrap (oracle or the join protocol); optionally crash a
 fraction of them and let the failure detectors and repair run for ``repair_s`` of simulated time;
 then inject ``lookups`` lookups (exponential inter-arrival, from a random live node, for a random
 key) and run until each is delivered. A lookup is correct when it is delivered at the live node
-numerically closest to its key. Latency is from the ``route`` call to the delivery upcall.
+closest to its key (numerically for Pastry, by XOR for Kademlia). Latency is from the ``route``
+call to the delivery upcall.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from dht.errors import LocalProtocolError
-from dht.node import Application, PastryConfig
+from dht.node import Application
 from dht.routing import Peer
 from sim import runlog
 from sim.engine import Simulator, print_progress
 from sim.latency import latency_model
-from sim.overlay import PastryOverlay
+from sim.overlay import PastryOverlay, dht_config
 from sim.percentiles import percentile
 from sim.streams import stream
 
@@ -39,8 +40,11 @@ class RouteParams:
     repair_s: float = 60.0
     lookup_rate_per_s: float = 10000.0
     loss: float = 0.0
+    dht: str = "pastry"
+    lookup: str = "iterative"
 
     def check(self) -> None:
+        dht_config(self.dht, lookup=self.lookup)
         if self.nodes < 1:
             raise LocalProtocolError("--nodes must be at least 1")
         if self.lookups < 0:
@@ -114,7 +118,10 @@ def run_route(
     if messages_log is not None:
         sim.message_log = messages_log.record
     overlay = PastryOverlay(
-        sim, params.seed, config=PastryConfig(), app_factory=lambda i: _Recorder(i, log)
+        sim,
+        params.seed,
+        config=dht_config(params.dht, lookup=params.lookup),
+        app_factory=lambda i: _Recorder(i, log),
     )
     indices = overlay.create(params.nodes)
     say(f"{params.nodes} nodes placed ({model.name}); bootstrap: {params.bootstrap}")
@@ -185,6 +192,8 @@ def run_route(
         "sim_messages_per_s": sim_messages / wall if wall > 0 else 0.0,
         "wall_phases_s": phases,
         "seed": params.seed,
+        "dht": params.dht,
+        "lookup": params.lookup if params.dht == "kademlia" else None,
         "bootstrap": params.bootstrap,
         "latency_model": model.describe(),
         "failed_nodes": len(failed),

@@ -25,7 +25,6 @@ Java serialisation of each message). DHT overhead (hop acks) is reported separat
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -35,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from dht.errors import LocalProtocolError
-from dht.node import PastryConfig, PastryNode
+from dht.node import PastryNode
 from pubsub.node import (
     EventDelivered,
     OverlayConfig,
@@ -48,7 +47,7 @@ from pubsub.subscription import Subscription
 from sim import runlog
 from sim.engine import Simulator, print_progress
 from sim.latency import latency_model
-from sim.overlay import PastryOverlay
+from sim.overlay import PastryOverlay, dht_config
 from sim.percentiles import percentile
 from sim.streams import stream
 from sim.workload import THESIS_WORKLOAD, CsvEvents, Workload, default_params
@@ -75,8 +74,11 @@ class ThesisParams:
     sub_gap_ms: float = 2000.0
     pub_gap_ms: float = 1000.0
     overlay: OverlayConfig = field(default_factory=OverlayConfig)
+    dht: str = "pastry"
+    lookup: str = "iterative"
 
     def check(self) -> None:
+        dht_config(self.dht, lookup=self.lookup)
         if self.nodes < 1:
             raise LocalProtocolError("--nodes must be at least 1")
         if self.subs_per_node <= 0 or self.events < 0:
@@ -205,6 +207,19 @@ class _Collector:
                     self.sim.stop()
 
 
+def _dht_totals(nodes: Sequence[Any]) -> dict[str, int]:
+    """What the substrate did, summed over the nodes (Kademlia adds its lookup counters)."""
+    out: dict[str, int] = {}
+    for n in nodes:
+        st = n.stats
+        for name in ("delivered", "forwarded", "reroutes", "dropped", "lookups", "queries"):
+            if hasattr(st, name):
+                out[name] = out.get(name, 0) + getattr(st, name)
+        if hasattr(st, "lookup_rounds"):
+            out["lookup_rounds"] = out.get("lookup_rounds", 0) + st.lookup_rounds
+    return out
+
+
 def run_thesis(
     params: ThesisParams,
     progress: Callable[[str], None] | None = None,
@@ -252,8 +267,8 @@ def run_thesis(
     # No churn in this experiment: leaf-set keep-alives and hop acknowledgements would only
     # cost wall time (and acks would double the routed messages); the thesis' simulator had
     # neither. Churn experiments switch both on.
-    pastry_cfg = PastryConfig(keepalive_s=math.inf, hop_acks=False)
-    net = PastryOverlay(sim, seed, config=pastry_cfg, core_factory=make_core)
+    dht_cfg = dht_config(params.dht, lookup=params.lookup, failure_free=True)
+    net = PastryOverlay(sim, seed, config=dht_cfg, core_factory=make_core)
     indices = net.create(params.nodes)
     net.oracle_bootstrap(indices)
     peers: list[OverlayPeer] = net.cores  # type: ignore[assignment]
@@ -304,6 +319,7 @@ def run_thesis(
     if out_dir is not None:
         trees.take("installed", (p.overlay for p in peers))
     install_messages = sim.stats.messages
+    install_bytes = sim.stats.bytes
 
     # ---- stage 2: events
     mark = time.perf_counter()
@@ -410,6 +426,9 @@ def run_thesis(
         "tree": {"leaves": leaves, "internal": internal, "max_depth": max_depth},
         "overlay": totals,
         "seed": seed,
+        "dht": params.dht,
+        "lookup": params.lookup if params.dht == "kademlia" else None,
+        "dht_totals": _dht_totals(net.nodes),
         "lb": params.lb,
         "partial": params.partial,
         "probe": overlay_cfg.probe,
@@ -419,6 +438,13 @@ def run_thesis(
         "latency_model": model.describe(),
         "mean_rtt_ms": mean_rtt,
         "install_phase_messages": install_messages,
+        # Every message of each phase, the DHT's own (Kademlia's lookups) included, per
+        # subscription and per event: what the two substrates are compared on.
+        "install_phase_bytes": install_bytes,
+        "bytes_per_subscription": install_bytes / n_subs,
+        "messages_per_subscription": install_messages / n_subs,
+        "bytes_per_event": (sim.stats.bytes - install_bytes) / n_events if n_events else 0.0,
+        "messages_per_event": ((sim_messages - install_messages) / n_events if n_events else 0.0),
         "sim_messages": sim_messages,
         "sim_time_s": sim.now,
         "wall_s": wall,

@@ -7,15 +7,18 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
 import trio
 
 from pubsub.schema import THESIS_SCHEMA
 from runtime.client import ClientSubscription, connect
 from runtime.inprocess import start_local_swarm
+from runtime.peer import PeerConfig
 from sim.workload import thesis_workload
 
 
-def test_sixteen_peers_deliver_exactly_what_the_oracle_expects() -> None:
+@pytest.mark.parametrize("dht", ["pastry", "kademlia"])
+def test_sixteen_peers_deliver_exactly_what_the_oracle_expects(dht: str) -> None:
     rng = random.Random(6)
     workload = thesis_workload(random.Random(60))
     subs = [workload.subscription(rng) for _ in range(200)]
@@ -30,7 +33,7 @@ def test_sixteen_peers_deliver_exactly_what_the_oracle_expects() -> None:
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            peers = await start_local_swarm(nursery, 16, seed=6)
+            peers = await start_local_swarm(nursery, 16, seed=6, config=PeerConfig(dht=dht))
             ports = [p.address.port for p in peers]  # type: ignore[union-attr]
             async with (
                 connect("127.0.0.1", ports[1]) as a,

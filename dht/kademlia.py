@@ -1,0 +1,819 @@
+"""Kademlia as a sans-IO state machine: the second DHT substrate under the overlay.
+
+Theory of operation
+-------------------
+``KademliaNode`` offers exactly what the overlay uses of ``PastryNode`` (the common KBR API):
+``route`` a payload to the root of a key, ``deliver``/``update``/``ready``/``receive_direct``
+upcalls into the ``Application``, ``send_direct``, ``next_hop`` (the multicast grouping asks it
+for every key), ``replica_set`` and the same three inputs (``receive``, ``handle_timer``, API
+calls) and outputs (``take_messages``, ``get_timer``, upcalls). ``now`` and a seeded
+``random.Random`` come from the driver, so the simulator and the trio runtime drive this code.
+
+Distance is XOR, so a key's root is the live node whose id XOR the key is smallest.
+
+Routing state: one k-bucket per shared-prefix length with this node's id (the paper's 160
+lists). The buckets are the ``kademlia`` package's ``KBucket`` (least-recently-seen order and
+the replacement cache of the paper's section 4.1) holding ``kademlia.node.Node`` contacts, and
+lookups keep their shortlist in the package's ``NodeHeap``; both are free of I/O. The package's
+``RoutingTable`` is not used here because it pings from inside ``add_contact`` (an asyncio task),
+which a sans-IO core must not do.
+
+``route`` has two modes (``KademliaConfig.lookup``):
+
+* ``iterative`` (Kademlia proper): the origin runs a lookup, ``alpha`` ``FindNode`` queries in
+  flight, each answered with the responder's ``k`` closest contacts, until the closest node it
+  has heard of has itself answered; that node's answer holds nothing closer, so it is the root
+  (every bucket of a node that covers a live node holds at least one, so a node that knows no
+  closer contact has none). The payload then goes to it in one ``Route`` message. Hops = lookup
+  round trips + 1.
+* ``recursive``: each hop forwards the ``Route`` to the XOR-closest contact it knows, which is in
+  the bucket of the key's first bit that differs from this node's id: at least one more bit of
+  the key is matched per hop, as Pastry matches a digit.
+
+A ``Route`` that reaches a node knowing a closer contact is sent on greedily, so whatever the
+mode, a payload is delivered by a node that considers itself the root, the same condition under
+which ``next_hop`` returns None (multicast and the overlay's root checks agree with it).
+
+Membership: ``join`` looks up the node's own id through a contact (everyone queried learns the
+joiner from the ``sender`` field), then refreshes every bucket farther than its nearest
+neighbour with a lookup of a random id in it. A node learns only peers that spoke to it (a
+second-hand contact may be dead). The ``siblings`` closest contacts are this node's
+neighbourhood: changes to it are the ``update`` upcalls (the overlay re-checks its replicas),
+and with keep-alives on they are pinged; silent ones, and any contact that misses a lookup or
+hop deadline, are dropped (the bucket then promotes a replacement).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kademlia.node import Node, NodeHeap
+from kademlia.routing import KBucket
+
+from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from dht.ids import DEFAULT_SPACE, IdSpace
+from dht.messages import Direct, FindNode, FoundNodes, HopAck, Leave, Ping, Pong, Route
+from dht.node import Application, NodeStats, Proximity, State
+from dht.routing import Peer
+from dht.wire import Message, codec
+
+log = logging.getLogger("rangecast.dht.kademlia")
+
+LOOKUP_MODES = ("iterative", "recursive")
+
+
+@dataclass(frozen=True, slots=True)
+class KademliaConfig:
+    space: IdSpace = DEFAULT_SPACE
+    #: Bucket size and the number of contacts a ``FindNode`` answer carries.
+    k: int = 20
+    #: Lookup queries in flight at once.
+    alpha: int = 3
+    lookup: str = "iterative"
+    #: The neighbourhood: closest contacts reported through ``update`` and kept alive.
+    siblings: int = 8
+    #: Sibling ping period; ``math.inf`` switches keep-alives (and failure detection) off.
+    keepalive_s: float = 5.0
+    fail_after_s: float = 12.0
+    #: Deadlines on lookup queries and acks on routed hops (off: no failure can be noticed).
+    hop_acks: bool = True
+    ack_floor_s: float = 0.3
+    ack_rtt_factor: float = 2.0
+    max_reroutes: int = 8
+    dead_ttl_s: float = 60.0
+    join_timeout_s: float = 10.0
+    join_attempts: int = 5
+
+    def __post_init__(self) -> None:
+        if self.k < 1 or self.alpha < 1 or self.siblings < 1:
+            raise LocalProtocolError("k, alpha and siblings must be >= 1")
+        if self.lookup not in LOOKUP_MODES:
+            raise LocalProtocolError(f"lookup must be one of {LOOKUP_MODES}, got {self.lookup!r}")
+        if self.keepalive_s <= 0 or (
+            self.keepalive_s != math.inf and self.fail_after_s <= self.keepalive_s
+        ):
+            raise LocalProtocolError("need 0 < keepalive_s < fail_after_s")
+
+
+@dataclass(slots=True)
+class KademliaStats(NodeStats):
+    lookups: int = 0
+    #: ``FindNode`` queries sent by this node's lookups.
+    queries: int = 0
+    #: Lookup round trips on the path to each route's root, summed (mean = this / lookups).
+    lookup_rounds: int = 0
+
+
+class Contact(Node):
+    """A ``kademlia.node.Node`` that also carries our ``Peer`` (int id, transport address)."""
+
+    def __init__(self, peer: Peer) -> None:
+        # Not Node.__init__: it re-derives the int id from a hex string, on a hot path.
+        self.id = peer.handle.id
+        self.ip = None
+        self.port = None
+        self.long_id = peer.id
+        self.peer = peer
+
+
+class _Bucket(KBucket):
+    def touch_last_updated(self) -> None:
+        # The package stamps buckets with time.monotonic(); a core reads no clock, and bucket
+        # refreshes here are driven by lookups, not by these stamps.
+        self.last_updated = 0.0
+
+
+class BucketTable:
+    """k-buckets indexed by the length of the prefix a contact shares with ``own``."""
+
+    __slots__ = ("bits", "buckets", "k", "own", "space")
+
+    def __init__(self, space: IdSpace, own: int, k: int) -> None:
+        self.space = space
+        self.bits = space.bits
+        self.own = own
+        self.k = k
+        self.buckets: dict[int, _Bucket] = {}
+
+    def index(self, ident: int) -> int:
+        return self.bits - (ident ^ self.own).bit_length()
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.buckets.values())
+
+    def __contains__(self, ident: int) -> bool:
+        b = self.buckets.get(self.index(ident))
+        return b is not None and self.space.to_bytes(ident) in b.nodes
+
+    def get(self, ident: int) -> Peer | None:
+        b = self.buckets.get(self.index(ident))
+        if b is None:
+            return None
+        c = b.nodes.get(self.space.to_bytes(ident))
+        return c.peer if c is not None else None
+
+    def add(self, peer: Peer) -> bool:
+        """Insert or refresh ``peer``; False if its bucket is full (it waits as a replacement)."""
+        i = self.index(peer.id)
+        b = self.buckets.get(i)
+        if b is None:
+            shift = self.bits - i - 1
+            lo = ((self.own >> shift) ^ 1) << shift
+            b = self.buckets[i] = _Bucket(lo, lo + (1 << shift) - 1, self.k)
+        return b.add_node(Contact(peer))
+
+    def remove(self, ident: int) -> bool:
+        i = self.index(ident)
+        b = self.buckets.get(i)
+        if b is None:
+            return False
+        node_id = self.space.to_bytes(ident)
+        had = node_id in b.nodes
+        if had or node_id in b.replacement_nodes:
+            b.remove_node(_Key(node_id))
+        return had
+
+    def peers(self) -> Iterable[Peer]:
+        for i in sorted(self.buckets):
+            for c in self.buckets[i].nodes.values():
+                yield c.peer
+
+    def install(self, peers: Iterable[Peer]) -> None:
+        for p in peers:
+            self.add(p)
+
+    def closest(self, key: int, n: int) -> list[Peer]:
+        """The ``n`` contacts XOR-closest to ``key``, closest first.
+
+        Buckets come in strict distance order relative to the key: the bucket of the first bit
+        where key and own id differ (its members match that bit), then every deeper bucket
+        (they share it with us, so they all differ from the key there first), then the
+        shallower buckets, deepest first. Only as many groups as needed are sorted."""
+        buckets = self.buckets
+        i = self.bits - (key ^ self.own).bit_length()
+        picked: list[Contact] = []
+        b = buckets.get(i)
+        if b is not None:
+            picked.extend(b.nodes.values())
+        if len(picked) < n:
+            for j, b in buckets.items():
+                if j > i:
+                    picked.extend(b.nodes.values())
+            j = i - 1
+            while len(picked) < n and j >= 0:
+                b = buckets.get(j)
+                if b is not None:
+                    picked.extend(b.nodes.values())
+                j -= 1
+        picked.sort(key=lambda c: c.long_id ^ key)
+        return [c.peer for c in picked[:n]]
+
+    def nearest(self, key: int) -> Peer | None:
+        """The contact closest to ``key`` if it is closer than ``own``, else None."""
+        buckets = self.buckets
+        x = key ^ self.own
+        if not x:
+            return None
+        b = buckets.get(self.bits - x.bit_length())
+        best: Contact | None = None
+        if b is not None and b.nodes:
+            # Every member matches the key on the bit where we differ from it: all are closer.
+            best = min(b.nodes.values(), key=lambda c: c.long_id ^ key)
+            return best.peer
+        i = self.bits - x.bit_length()
+        best_d = x
+        for j, b in buckets.items():
+            if j > i:
+                for c in b.nodes.values():
+                    d = c.long_id ^ key
+                    if d < best_d:
+                        best_d, best = d, c
+        return best.peer if best is not None else None
+
+
+class _Key:
+    """A stand-in with only ``id``, enough for ``KBucket.remove_node``."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, node_id: bytes) -> None:
+        self.id = node_id
+
+
+_ROUTE, _JOIN, _REFRESH = 0, 1, 2
+_T_KEEPALIVE, _T_ACK, _T_QUERY, _T_JOIN = 0, 1, 2, 3
+
+
+class _Lookup:
+    __slots__ = ("depth", "heap", "inflight", "key", "lid", "payload", "purpose", "responded")
+
+    def __init__(self, lid: int, key: int, space: IdSpace, k: int, purpose: int) -> None:
+        self.lid = lid
+        self.key = key
+        self.purpose = purpose
+        self.heap = NodeHeap(_Target(space.to_bytes(key), key), k)
+        self.responded: set[int] = set()
+        #: Queried peers (by id) awaiting an answer, with the query's deadline.
+        self.inflight: dict[int, float] = {}
+        #: Lookup round trips that led to each candidate, by wire id (0: from our own table).
+        self.depth: dict[bytes, int] = {}
+        self.payload: bytes | None = None
+
+
+class _Target(Node):
+    def __init__(self, node_id: bytes, long_id: int) -> None:
+        self.id = node_id
+        self.ip = None
+        self.port = None
+        self.long_id = long_id
+
+
+class KademliaNode:
+    __slots__ = (
+        "_dead",
+        "_join_attempts",
+        "_join_contact",
+        "_last_heard",
+        "_lookups",
+        "_out",
+        "_pending",
+        "_seq",
+        "_siblings",
+        "_timers",
+        "app",
+        "by_join",
+        "cfg",
+        "me",
+        "proximity",
+        "rng",
+        "space",
+        "state",
+        "stats",
+        "table",
+    )
+
+    def __init__(
+        self,
+        ident: int,
+        addr: bytes,
+        rng: random.Random,
+        *,
+        config: KademliaConfig | None = None,
+        proximity: Proximity | None = None,
+        app: Application | None = None,
+    ) -> None:
+        cfg = config or KademliaConfig()
+        self.cfg = cfg
+        self.space = cfg.space
+        self.space.check(ident)
+        if not isinstance(addr, bytes) or not 0 < len(addr) <= 64:
+            raise LocalProtocolError(f"address must be 1-64 bytes, got {addr!r}")
+        if not isinstance(rng, random.Random):
+            raise LocalProtocolError("rng must be a seeded random.Random")
+        self.me = Peer.make(self.space, ident, addr)
+        self.rng = rng
+        self.proximity: Proximity = proximity or (lambda _p: 0.0)
+        self.app = app or Application()
+        self.table = BucketTable(self.space, ident, cfg.k)
+        self.state = State.IDLE
+        self.stats = KademliaStats()
+        self.by_join = False
+        self._out: list[tuple[bytes, Message]] = []
+        self._timers: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self._lookups: dict[int, _Lookup] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._siblings: list[Peer] = []
+        self._last_heard: dict[int, float] = {}
+        self._dead: dict[int, float] = {}
+        self._join_contact = b""
+        self._join_attempts = 0
+
+    def __repr__(self) -> str:
+        return f"KademliaNode({self.space.hexid(self.me.id)[:8]}…, {self.state.value})"
+
+    @property
+    def id(self) -> int:
+        return self.me.id
+
+    # ------------------------------------------------------------------------------- outputs
+
+    def take_messages(self) -> list[tuple[bytes, Message]]:
+        out = self._out
+        self._out = []
+        return out
+
+    def get_timer(self) -> float | None:
+        timers = self._timers
+        while timers:
+            deadline, _, kind, arg = timers[0]
+            if kind == _T_ACK:
+                p = self._pending.get(arg)
+                if p is None or p.deadline != deadline:
+                    heapq.heappop(timers)
+                    continue
+            elif kind == _T_QUERY:
+                lk = self._lookups.get(arg[0])
+                if lk is None or lk.inflight.get(arg[1]) != deadline:
+                    heapq.heappop(timers)
+                    continue
+            return deadline
+        return None
+
+    # -------------------------------------------------------------------------------- inputs
+
+    def receive_frame(self, frame: bytes, src: bytes, now: float) -> None:
+        try:
+            msg = codec().decode(frame)
+        except WireError as exc:
+            self.stats.malformed += 1
+            log.debug("%r: dropped malformed frame from %r: %s", self, src, exc)
+            return
+        self.receive(msg, src, now)
+
+    def receive(self, msg: Message, src: bytes, now: float) -> None:
+        if self.state is State.LEFT or self.state is State.IDLE:
+            self.stats.drop("not running")
+            return
+        handler = _HANDLERS.get(type(msg))
+        if handler is None:
+            self.stats.drop("not a dht message")
+            return
+        try:
+            handler(self, msg, src, now)
+        except RemoteProtocolError as exc:
+            self.stats.malformed += 1
+            log.debug("%r: dropped bad %s from %r: %s", self, type(msg).__name__, src, exc)
+
+    def handle_timer(self, now: float) -> None:
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            deadline, _, kind, arg = heapq.heappop(timers)
+            try:
+                if kind == _T_QUERY:
+                    self._on_query_timeout(arg[0], arg[1], deadline, now)
+                elif kind == _T_ACK:
+                    self._on_ack_timeout(arg, deadline, now)
+                elif kind == _T_KEEPALIVE:
+                    self._on_keepalive(now)
+                elif kind == _T_JOIN:
+                    self._on_join_timeout(now)
+            except RemoteProtocolError as exc:
+                self.stats.malformed += 1
+                log.debug("%r: dropped bad state from the network: %s", self, exc)
+
+    # ----------------------------------------------------------------------------- API calls
+
+    def start_alone(self, now: float) -> None:
+        self._require(State.IDLE, "start_alone")
+        self._become_ready(now)
+
+    def join(self, contact: bytes, now: float) -> None:
+        """Join the network of the node at address ``contact``: look up our own id there."""
+        self._require(State.IDLE, "join")
+        if contact == self.me.addr:
+            raise LocalProtocolError("cannot join through ourselves; use start_alone")
+        self.state = State.JOINING
+        self.by_join = True
+        self._join_contact = contact
+        self._join_attempts = 0
+        self._send_join(now)
+
+    def install_state(self, contacts: Iterable[Peer], now: float) -> None:
+        """Take buckets computed from the whole membership (the simulator's oracle bootstrap)."""
+        self._require(State.IDLE, "install_state")
+        self.table.install(contacts)
+        self._siblings = self.table.closest(self.me.id, self.cfg.siblings)
+        for p in self._siblings:
+            self._last_heard[p.id] = now
+        self._become_ready(now)
+
+    def route(self, key: int, payload: bytes, now: float) -> int:
+        """Route ``payload`` to the root of ``key``; returns the message's uid."""
+        self._require(State.READY, "route")
+        self.space.check(key)
+        uid = self.rng.getrandbits(63)
+        nh = self.table.nearest(key)
+        if nh is None:
+            self.stats.delivered += 1
+            self.app.deliver(key, payload, self.me, 0, now)
+            return uid
+        if self.cfg.lookup == "recursive":
+            msg = Route(uid, self.space.to_bytes(key), self.me.handle, 1, payload)
+            self._send_route(msg, key, nh, now, 0)
+            return uid
+        lk = self._start_lookup(uid, key, _ROUTE)
+        lk.payload = payload
+        self._lookups[uid] = lk
+        self._step(lk, now)
+        return uid
+
+    def send_direct(self, peer: Peer, payload: bytes, now: float) -> None:
+        self._out.append((peer.addr, Direct(self.me.handle, payload)))
+
+    def leave(self, now: float) -> None:
+        if self.state is not State.READY:
+            self.state = State.LEFT
+            return
+        bye = Leave(self.me.handle)
+        for p in self.table.peers():
+            self._out.append((p.addr, bye))
+        self.state = State.LEFT
+        self._timers.clear()
+        self._pending.clear()
+        self._lookups.clear()
+
+    def next_hop(self, key: int) -> Peer | None:
+        """The XOR-closest contact if it is closer to ``key`` than this node (None: root)."""
+        return self.table.nearest(key)
+
+    def replica_set(self, key: int, k: int) -> list[Peer]:
+        """Up to ``k`` nodes XOR-closest to ``key`` first, among our contacts and ourselves."""
+        if k < 0:
+            raise LocalProtocolError("k must be >= 0")
+        cands = self.table.closest(key, k)
+        cands.append(self.me)
+        cands.sort(key=lambda p: p.id ^ key)
+        return cands[:k]
+
+    def known_peers(self) -> list[Peer]:
+        return list(self.table.peers())
+
+    def neighbours(self) -> list[Peer]:
+        """The ``siblings`` closest contacts (what Pastry's leaf set is to the overlay)."""
+        return list(self._siblings)
+
+    # ------------------------------------------------------------------------------- lookups
+
+    def _start_lookup(self, lid: int, key: int, purpose: int) -> _Lookup:
+        lk = _Lookup(lid, key, self.space, self.cfg.k, purpose)
+        heap = lk.heap.heap
+        for p in self.table.closest(key, self.cfg.k):
+            lk.depth[p.handle.id] = 0
+            heap.append((p.id ^ key, Contact(p)))
+        heapq.heapify(heap)
+        self.stats.lookups += 1
+        return lk
+
+    def _query(self, lk: _Lookup, peer: Peer, now: float) -> None:
+        lk.heap.contacted.add(peer.handle.id)
+        self._out.append((peer.addr, FindNode(lk.lid, self.me.handle, self.space.to_bytes(lk.key))))
+        self.stats.queries += 1
+        deadline = math.inf
+        if self.cfg.hop_acks:
+            deadline = (
+                now
+                + self.cfg.ack_floor_s
+                + self.cfg.ack_rtt_factor * (self.proximity(peer) / 1000.0)
+            )
+            self._push_timer(deadline, _T_QUERY, (lk.lid, peer.id))
+        lk.inflight[peer.id] = deadline
+
+    def _step(self, lk: _Lookup, now: float) -> None:
+        """Query more of the closest candidates, or finish the lookup."""
+        alpha = self.cfg.alpha
+        best: Contact | None = None
+        for c in lk.heap:
+            best = c
+            break
+        if lk.purpose == _ROUTE and best is not None and best.long_id in lk.responded:
+            self._finish(lk, best.peer, now)
+            return
+        if len(lk.inflight) < alpha:
+            contacted = lk.heap.contacted
+            for c in lk.heap:
+                if c.id in contacted:
+                    continue
+                self._query(lk, c.peer, now)
+                if len(lk.inflight) >= alpha:
+                    break
+        if not lk.inflight:
+            # Every one of the k closest candidates answered or failed.
+            self._finish(lk, best.peer if best is not None else None, now)
+
+    def _finish(self, lk: _Lookup, root: Peer | None, now: float) -> None:
+        self._lookups.pop(lk.lid, None)
+        if lk.purpose == _ROUTE:
+            assert lk.payload is not None
+            if root is None:
+                self.stats.drop("lookup failed")
+                return
+            rounds = lk.depth.get(root.handle.id, 0) + 1
+            self.stats.lookup_rounds += rounds
+            msg = Route(lk.lid, self.space.to_bytes(lk.key), self.me.handle, rounds, lk.payload)
+            self._send_route(msg, lk.key, root, now, 0)
+        elif lk.purpose == _JOIN and self.state is State.JOINING and self.table.buckets:
+            self._become_ready(now)
+            self._refresh_buckets(now)
+        # _REFRESH: the lookup's queries told the nodes of that bucket about us; nothing more.
+
+    def _refresh_buckets(self, now: float) -> None:
+        """Look up a random id in every bucket farther than our nearest neighbour: it fills
+        our far buckets and tells their nodes we exist."""
+        near = self.table.closest(self.me.id, 1)
+        if not near:
+            return
+        deepest = self.table.index(near[0].id)
+        bits = self.space.bits
+        for i in range(deepest):
+            shift = bits - i - 1
+            lo = ((self.me.id >> shift) ^ 1) << shift
+            target = lo | self.rng.getrandbits(shift) if shift else lo
+            lk = self._start_lookup(self.rng.getrandbits(63), target, _REFRESH)
+            if not lk.heap.heap:
+                continue
+            self._lookups[lk.lid] = lk
+            self._step(lk, now)
+
+    def _on_find_node(self, msg: FindNode, src: bytes, now: float) -> None:
+        sender = self._sender(msg.sender, src)
+        target = self.space.from_bytes(msg.target)
+        self._learn(sender, now)
+        nodes = [p.handle for p in self.table.closest(target, self.cfg.k + 1) if p.id != sender.id]
+        self._out.append((src, FoundNodes(msg.lid, self.me.handle, nodes[: self.cfg.k])))
+
+    def _on_found_nodes(self, msg: FoundNodes, src: bytes, now: float) -> None:
+        sender = self._sender(msg.sender, src)
+        self._learn(sender, now)
+        lk = self._lookups.get(msg.lid)
+        if lk is None:
+            return  # late: the lookup finished (or this is not an answer of ours)
+        if sender.id not in lk.inflight:
+            if not (lk.purpose == _JOIN and -1 in lk.inflight):
+                return
+            lk.inflight.pop(-1)
+            lk.heap.push(Contact(sender))
+            lk.heap.contacted.add(sender.handle.id)
+            lk.depth[sender.handle.id] = 0
+        else:
+            del lk.inflight[sender.id]
+        lk.responded.add(sender.id)
+        seen = lk.depth
+        depth = seen.get(sender.handle.id, 0) + 1
+        space, dead, key = self.space, self._dead, lk.key
+        heap = lk.heap.heap
+        seen.setdefault(self.me.handle.id, -1)
+        for h in msg.nodes[: self.cfg.k]:
+            if h.id in seen:
+                continue
+            p = Peer.from_handle(space, h)
+            ident = p.id
+            if ident in dead:
+                continue
+            seen[h.id] = depth
+            # Straight onto the NodeHeap's heap: ``seen`` already rules out duplicates, which
+            # NodeHeap.push would look for with a linear scan per node.
+            heapq.heappush(heap, (ident ^ key, Contact(p)))
+        self._step(lk, now)
+
+    def _on_query_timeout(self, lid: int, peer_id: int, deadline: float, now: float) -> None:
+        lk = self._lookups.get(lid)
+        if lk is None or lk.inflight.get(peer_id) != deadline:
+            return
+        del lk.inflight[peer_id]
+        lk.heap.remove([self.space.to_bytes(peer_id)])
+        peer = self.table.get(peer_id)
+        if peer is not None:
+            self._peer_failed(peer, now)
+        self._step(lk, now)
+
+    # ------------------------------------------------------------------------------- routing
+
+    def _send_route(self, msg: Route, key: int, nh: Peer, now: float, reroutes: int) -> None:
+        self._out.append((nh.addr, msg))
+        self.stats.forwarded += 1
+        if self.cfg.hop_acks:
+            deadline = (
+                now + self.cfg.ack_floor_s + self.cfg.ack_rtt_factor * (self.proximity(nh) / 1000.0)
+            )
+            self._pending[msg.uid] = _Pending(msg, key, nh, deadline, reroutes)
+            self._push_timer(deadline, _T_ACK, msg.uid)
+
+    def _on_route(self, msg: Route, src: bytes, now: float) -> None:
+        key = self.space.from_bytes(msg.key)
+        if len(msg.origin.id) != self.space.nbytes:
+            raise RemoteProtocolError(f"origin id of {len(msg.origin.id)} bytes")
+        if self.cfg.hop_acks:
+            self._out.append((src, HopAck(msg.uid)))
+        if self.state is not State.READY:
+            self.stats.drop("route before ready")
+            return
+        self._advance(msg, key, now, 0)
+
+    def _advance(self, msg: Route, key: int, now: float, reroutes: int) -> None:
+        nh = self.table.nearest(key)
+        if nh is None:
+            self.stats.delivered += 1
+            self.app.deliver(
+                key, msg.payload, Peer.from_handle(self.space, msg.origin), msg.hops, now
+            )
+            return
+        if msg.hops >= 255:
+            self.stats.drop("hop limit")
+            return
+        out = Route(msg.uid, msg.key, msg.origin, msg.hops + 1, msg.payload)
+        self._send_route(out, key, nh, now, reroutes)
+
+    def _on_hop_ack(self, msg: HopAck, src: bytes, now: float) -> None:
+        p = self._pending.get(msg.uid)
+        if p is not None and p.next_hop.addr == src:
+            del self._pending[msg.uid]
+
+    def _on_ack_timeout(self, uid: int, deadline: float, now: float) -> None:
+        p = self._pending.get(uid)
+        if p is None or p.deadline != deadline:
+            return
+        del self._pending[uid]
+        self._peer_failed(p.next_hop, now)
+        if p.reroutes >= self.cfg.max_reroutes:
+            self.stats.drop("too many reroutes")
+            return
+        self.stats.reroutes += 1
+        msg = p.msg
+        back = Route(msg.uid, msg.key, msg.origin, max(msg.hops - 1, 0), msg.payload)
+        self._advance(back, p.key, now, p.reroutes + 1)
+
+    def _on_direct(self, msg: Direct, src: bytes, now: float) -> None:
+        self.app.receive_direct(msg.payload, Peer.from_handle(self.space, msg.sender), now)
+
+    # ---------------------------------------------------------------------------------- join
+
+    def _send_join(self, now: float) -> None:
+        self._join_attempts += 1
+        lk = _Lookup(self.rng.getrandbits(63), self.me.id, self.space, self.cfg.k, _JOIN)
+        lk.inflight[-1] = math.inf  # the contact, whose id we learn from its answer
+        self._lookups[lk.lid] = lk
+        self.stats.lookups += 1
+        target = self.space.to_bytes(self.me.id)
+        self._out.append((self._join_contact, FindNode(lk.lid, self.me.handle, target)))
+        self._push_timer(now + self.cfg.join_timeout_s, _T_JOIN, lk.lid)
+
+    def _on_join_timeout(self, now: float) -> None:
+        if self.state is not State.JOINING:
+            return
+        if self._join_attempts >= self.cfg.join_attempts:
+            self.state = State.FAILED
+            log.warning("%r: join through %r gave up", self, self._join_contact)
+            return
+        self._send_join(now)
+
+    def _become_ready(self, now: float) -> None:
+        self.state = State.READY
+        if self.cfg.keepalive_s != math.inf:
+            self._push_timer(now + self.rng.uniform(0.0, self.cfg.keepalive_s), _T_KEEPALIVE, None)
+        self.app.ready(now)
+
+    # ----------------------------------------------------------------------------- liveness
+
+    def _on_keepalive(self, now: float) -> None:
+        if self.state is not State.READY:
+            return
+        heard = self._last_heard
+        for p in list(self._siblings):
+            t = heard.get(p.id)
+            if t is None:
+                heard[p.id] = now
+            elif now - t > self.cfg.fail_after_s:
+                self._peer_failed(p, now)
+        ping = Ping(self.me.handle)
+        for p in self._siblings:
+            self._out.append((p.addr, ping))
+        if len(heard) > 2 * len(self._siblings):
+            keep = {p.id for p in self._siblings}
+            self._last_heard = {i: t for i, t in heard.items() if i in keep}
+        if self._dead:
+            self._dead = {i: t for i, t in self._dead.items() if t > now}
+        self._push_timer(now + self.cfg.keepalive_s, _T_KEEPALIVE, None)
+
+    def _on_ping(self, msg: Ping, src: bytes, now: float) -> None:
+        peer = self._sender(msg.sender, src)
+        self._learn(peer, now)
+        self._out.append((src, Pong(self.me.handle)))
+
+    def _on_pong(self, msg: Pong, src: bytes, now: float) -> None:
+        self._learn(self._sender(msg.sender, src), now)
+
+    def _on_leave(self, msg: Leave, src: bytes, now: float) -> None:
+        self._peer_failed(self._sender(msg.sender, src), now)
+
+    def _sender(self, handle: Any, src: bytes) -> Peer:
+        peer = Peer.from_handle(self.space, handle)
+        if peer.addr != src:
+            raise RemoteProtocolError("sender field names another address")
+        return peer
+
+    def _learn(self, peer: Peer, now: float) -> None:
+        """``peer`` spoke to us: it is alive. Put it in (or refresh it in) its bucket."""
+        ident = peer.id
+        if ident == self.me.id:
+            return
+        self._dead.pop(ident, None)
+        self._last_heard[ident] = now
+        table = self.table
+        was = ident in table
+        table.add(peer)
+        if was or ident not in table:
+            return
+        sib = self._siblings
+        n = self.cfg.siblings
+        if len(sib) < n or (ident ^ self.me.id) < (sib[-1].id ^ self.me.id):
+            self._siblings = table.closest(self.me.id, n)
+            self.app.update(peer, True, now)
+            if len(sib) >= n:
+                self.app.update(sib[-1], False, now)
+
+    def _peer_failed(self, peer: Peer, now: float) -> None:
+        ident = peer.id
+        self._dead[ident] = now + self.cfg.dead_ttl_s
+        self._last_heard.pop(ident, None)
+        if not self.table.remove(ident):
+            return
+        self.stats.peers_failed += 1
+        if any(p.id == ident for p in self._siblings):
+            self._siblings = self.table.closest(self.me.id, self.cfg.siblings)
+            self.app.update(peer, False, now)
+
+    # -------------------------------------------------------------------------------- helpers
+
+    def _push_timer(self, deadline: float, kind: int, arg: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._timers, (deadline, self._seq, kind, arg))
+
+    def _require(self, state: State, what: str) -> None:
+        if self.state is not state:
+            raise LocalProtocolError(
+                f"{what}() needs state {state.value}, node is {self.state.value}"
+            )
+
+
+class _Pending:
+    __slots__ = ("deadline", "key", "msg", "next_hop", "reroutes")
+
+    def __init__(
+        self, msg: Route, key: int, next_hop: Peer, deadline: float, reroutes: int
+    ) -> None:
+        self.msg = msg
+        self.key = key
+        self.next_hop = next_hop
+        self.deadline = deadline
+        self.reroutes = reroutes
+
+
+_HANDLERS: dict[type[Message], Callable[[KademliaNode, Any, bytes, float], None]] = {
+    FindNode: KademliaNode._on_find_node,
+    FoundNodes: KademliaNode._on_found_nodes,
+    Route: KademliaNode._on_route,
+    HopAck: KademliaNode._on_hop_ack,
+    Ping: KademliaNode._on_ping,
+    Pong: KademliaNode._on_pong,
+    Direct: KademliaNode._on_direct,
+    Leave: KademliaNode._on_leave,
+}
+
+__all__ = ["LOOKUP_MODES", "BucketTable", "Contact", "KademliaConfig", "KademliaNode"]
