@@ -132,13 +132,17 @@ class _Bucket(KBucket):
 class BucketTable:
     """k-buckets indexed by the length of the prefix a contact shares with ``own``."""
 
-    __slots__ = ("bits", "buckets", "k", "own", "space")
+    __slots__ = ("bits", "buckets", "k", "near", "own", "space")
 
-    def __init__(self, space: IdSpace, own: int, k: int) -> None:
+    def __init__(self, space: IdSpace, own: int, k: int, near: int = 0) -> None:
         self.space = space
         self.bits = space.bits
         self.own = own
         self.k = k
+        #: A full bucket still takes a peer that would be among our ``near`` closest contacts
+        #: (the role of the paper's relaxed bucket splitting, section 4.2: a node must know all
+        #: of its nearest neighbours, even where a bucket near it holds more than k nodes).
+        self.near = near
         self.buckets: dict[int, _Bucket] = {}
 
     def index(self, ident: int) -> int:
@@ -166,7 +170,16 @@ class BucketTable:
             shift = self.bits - i - 1
             lo = ((self.own >> shift) ^ 1) << shift
             b = self.buckets[i] = _Bucket(lo, lo + (1 << shift) - 1, self.k)
-        return b.add_node(Contact(peer))
+        c = Contact(peer)
+        if b.add_node(c):
+            return True
+        if self.near:
+            closest = self.closest(self.own, self.near)
+            if len(closest) < self.near or (peer.id ^ self.own) < (closest[-1].id ^ self.own):
+                b.replacement_nodes.pop(c.id, None)
+                b.nodes[c.id] = c
+                return True
+        return False
 
     def remove(self, ident: int) -> bool:
         i = self.index(ident)
@@ -283,6 +296,7 @@ class KademliaNode:
         "_lookups",
         "_out",
         "_pending",
+        "_repair_again",
         "_seq",
         "_siblings",
         "_timers",
@@ -320,7 +334,7 @@ class KademliaNode:
         self.rng = rng
         self.proximity: Proximity = proximity or (lambda _p: 0.0)
         self.app = app or Application()
-        self.table = BucketTable(self.space, ident, cfg.k)
+        self.table = BucketTable(self.space, ident, cfg.k, near=cfg.siblings)
         self.state = State.IDLE
         self.stats = KademliaStats()
         self.by_join = False
@@ -334,6 +348,7 @@ class KademliaNode:
         self._dead: dict[int, float] = {}
         self._join_contact = b""
         self._join_attempts = 0
+        self._repair_again = False
 
     def __repr__(self) -> str:
         return f"KademliaNode({self.space.hexid(self.me.id)[:8]}…, {self.state.value})"
@@ -551,7 +566,9 @@ class KademliaNode:
         elif lk.purpose == _JOIN and self.state is State.JOINING and self.table.buckets:
             self._become_ready(now)
             self._refresh_buckets(now)
-        # _REFRESH: the lookup's queries told the nodes of that bucket about us; nothing more.
+        elif lk.purpose == _REFRESH and lk.key == self.me.id and self._repair_again:
+            self._repair_neighbourhood(now)
+        # Other refreshes: the lookup's queries told the nodes of that bucket about us.
 
     def _refresh_buckets(self, now: float) -> None:
         """Look up a random id in every bucket farther than our nearest neighbour: it fills
@@ -778,6 +795,22 @@ class KademliaNode:
         if any(p.id == ident for p in self._siblings):
             self._siblings = self.table.closest(self.me.id, self.cfg.siblings)
             self.app.update(peer, False, now)
+            if self.state is State.READY:
+                self._repair_neighbourhood(now)
+
+    def _repair_neighbourhood(self, now: float) -> None:
+        """A sibling died: look up our own id. Every node the lookup asks answers in person,
+        so the live nodes closest to us, which our buckets may not all hold, get in."""
+        if any(lk.purpose == _REFRESH and lk.key == self.me.id for lk in self._lookups.values()):
+            # One repair at a time, and one more when it ends: answers it got while dead
+            # siblings still held their places may have been turned away by a full bucket.
+            self._repair_again = True
+            return
+        self._repair_again = False
+        lk = self._start_lookup(self.rng.getrandbits(63), self.me.id, _REFRESH)
+        if lk.heap.heap:
+            self._lookups[lk.lid] = lk
+            self._step(lk, now)
 
     # -------------------------------------------------------------------------------- helpers
 

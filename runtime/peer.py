@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-The peer owns one ``OverlayPeer`` core (Pastry node + content-based overlay, with the multicast
-and LBDD modes its ``OverlayConfig`` selects) and feeds it the core's three inputs:
+The peer owns one ``OverlayPeer`` core (a Pastry or Kademlia node, ``PeerConfig.dht``, with the
+content-based overlay on top and the multicast and LBDD modes its ``OverlayConfig`` selects) and
+feeds it the core's three inputs:
 
 * frames from the network: every connection's reader task splits the byte stream into frames,
   applies the connection's rate limit, decodes strictly and passes signed envelopes through the
@@ -25,6 +26,10 @@ signature, never from the socket. Keep-alives are the DHT's own pings over the s
 docs/runtime.md for why no UDP). A link's queue is bounded: when a destination cannot keep up its
 frames are dropped and counted rather than stalling the core (the DHT's hop acks and keep-alives
 treat it as a lost message).
+
+Kademlia mode also runs the kademlia package's asyncio server on the same port number over UDP,
+on a thread of its own (``runtime.kademlia_bridge``): that is the only non-trio code in a peer,
+and it shares no state with the core.
 """
 
 from __future__ import annotations

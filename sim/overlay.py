@@ -131,7 +131,7 @@ class PastryOverlay:
         """Install exact leaf sets and PNS routing tables (Kademlia: full k-buckets) for
         ``indices`` (their whole membership), as if the overlay had converged."""
         if isinstance(self.cfg, KademliaConfig):
-            self._oracle_buckets(indices, self.cfg.k)
+            self._oracle_buckets(indices, self.cfg.k, self.cfg.siblings)
             return
         space = self.space
         half = self.cfg.leaf_set_size // 2
@@ -176,7 +176,7 @@ class PastryOverlay:
             self.nodes[i].install_state(left, right, rows, now)
             self.sim.poke(i)
 
-    def _oracle_buckets(self, indices: Sequence[int], k: int) -> None:
+    def _oracle_buckets(self, indices: Sequence[int], k: int, near: int) -> None:
         bits = self.space.bits
         peers = self.peers
         order = sorted(indices, key=lambda i: peers[i].id)
@@ -186,6 +186,7 @@ class PastryOverlay:
         for i in order:
             own = peers[i].id
             contacts: list[Peer] = []
+            spans: list[tuple[int, int]] = []
             j = 0
             while j < bits:
                 shift = bits - j - 1
@@ -195,6 +196,7 @@ class PastryOverlay:
                 span = range(lo, hi)
                 picks = span if hi - lo <= k else sorted(rng.sample(span, k))
                 contacts.extend(peers[order[p]] for p in picks)
+                spans.append((lo, hi))
                 # Deeper buckets exist only while another node shares our next bit too.
                 mine = (own >> shift) << shift
                 lo = bisect.bisect_left(ids, mine)
@@ -202,6 +204,15 @@ class PastryOverlay:
                 if hi - lo <= 1:
                     break
                 j += 1
+            # The ``near`` closest nodes are known whatever the sampling left out (a node's
+            # self-lookup finds them): they lie in the deepest buckets' spans.
+            pool: list[int] = []
+            for lo, hi in reversed(spans):
+                pool.extend(range(lo, hi))
+                if len(pool) >= near:
+                    break
+            pool.sort(key=lambda p: ids[p] ^ own)
+            contacts.extend(peers[order[p]] for p in pool[:near])
             self.nodes[i].install_state(contacts, now)
             self.sim.poke(i)
 

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from dht.kademlia import KademliaConfig
 from dht.node import PastryConfig, PastryNode
 from pubsub.node import EventDelivered, OverlayConfig, SubscriptionInstalled, SubscriptionRemoved
 from pubsub.peer import OverlayPeer
@@ -31,6 +32,9 @@ START = 24
 
 
 class ChurnMachine(RuleBasedStateMachine):
+    #: The DHT under the overlay (a subclass runs the same sequences on Kademlia).
+    dht_config: Any = PastryConfig
+
     @initialize(seed=SEEDS)
     def start(self, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -43,7 +47,7 @@ class ChurnMachine(RuleBasedStateMachine):
         def make(i: int, node: PastryNode) -> OverlayPeer:
             return OverlayPeer(node, schemas=registry, capacity=3, rng=proto, overlay=cfg)
 
-        self.net = PastryOverlay(self.sim, seed, config=PastryConfig(), core_factory=make)
+        self.net = PastryOverlay(self.sim, seed, config=self.dht_config(), core_factory=make)
         self.net.oracle_bootstrap(self.net.create(START))
         self.peers: list[OverlayPeer] = self.net.cores  # type: ignore[assignment]
         self.dead: set[int] = set()
@@ -186,3 +190,16 @@ ChurnMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 test_churn_sequences_agree_with_the_oracle = ChurnMachine.TestCase
+
+
+class KademliaChurnMachine(ChurnMachine):
+    dht_config = KademliaConfig
+
+
+KademliaChurnMachine.TestCase.settings = settings(
+    max_examples=8,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+test_churn_sequences_on_kademlia_agree_with_the_oracle = KademliaChurnMachine.TestCase

@@ -172,6 +172,73 @@ def test_the_swarm_command_line_end_to_end(tmp_path: Path) -> None:
     assert restarted is None or restarted.returncode == 0
 
 
+def test_a_kademlia_swarm_from_the_command_line(tmp_path: Path) -> None:
+    """``--dht kademlia`` end to end: the swarm comes up, routes subscriptions and events,
+    shows its k-buckets, keeps the choice across a restart and answers plain Kademlia nodes."""
+    import asyncio
+
+    from kademlia.network import Server
+
+    n = 4
+    base = _free_base(n)
+    swarm_dir = tmp_path / "swarm"
+    up = rc("swarm", "up", "-n", str(n), "--dir", str(swarm_dir), "--base-port", str(base),
+            "--dht", "kademlia")  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    info = json.loads((swarm_dir / "swarm.json").read_text())
+    try:
+        assert info["dht"] == "kademlia"
+        rows = json.loads(rc("swarm", "status", "--dir", str(swarm_dir), "--json").stdout)
+        assert all(r["state"] == "ready" and r["leaf_set"] == n - 1 for r in rows["peers"])
+        sub = subprocess.Popen(
+            [*RANGECAST, "subscribe", "--via", f"127.0.0.1:{base + 1}", "Attr1 < 50",
+             "--count", "1", "--timeout", "60"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert sub.stdout is not None
+        assert "subscribed" in json.loads(sub.stdout.readline())
+        pub = rc("publish", "--via", f"127.0.0.1:{base + 3}", "Attr1=5", "Attr2=0", "Attr3=1",
+                 "Attr4=2")  # fmt: skip
+        assert pub.returncode == 0, pub.stderr
+        out, err = sub.communicate(timeout=90)
+        assert sub.returncode == 0, err
+        assert [json.loads(x)["event"] for x in out.splitlines()] == [
+            json.loads(pub.stdout)["published"]
+        ]
+        st = json.loads(rc("peer", "status", "--via", f"127.0.0.1:{base}", "--json").stdout)
+        assert st["dht_kind"] == "kademlia" and st["routing_table"]["entries"] == n - 1
+        assert st["kademlia_rpc"]["port"] == base
+        assert "k-buckets" in rc("peer", "status", "--via", f"127.0.0.1:{base}").stdout
+
+        # A plain kademlia node joins through peer 2's UDP port; what it sets lands on the
+        # peers (all of them are among the k = 20 closest), and the peers answer its gets.
+        async def plain() -> object:
+            server = Server()
+            await server.listen(0, interface="127.0.0.1")
+            try:
+                await server.bootstrap([("127.0.0.1", base + 2)])
+                assert await server.set("from-plain", "hello")
+                other = Server()
+                await other.listen(0, interface="127.0.0.1")
+                try:
+                    await other.bootstrap([("127.0.0.1", base + 1)])
+                    return await other.get("from-plain")
+                finally:
+                    other.stop()
+            finally:
+                server.stop()
+
+        assert asyncio.run(plain()) == "hello"
+        # A peer keeps its DHT across a restart, and refuses to switch.
+        peer2 = info["peers"][2]
+        bad = rc("peer", "start", "--state", peer2["state_dir"], "--dht", "pastry",
+                 "--listen", "127.0.0.1:0")  # fmt: skip
+        assert bad.returncode == 2 and "belongs to a kademlia peer" in bad.stderr
+    finally:
+        down = rc("swarm", "down", "--dir", str(swarm_dir))
+    assert down.returncode == 0, down.stderr
+
+
 @pytest.mark.slow
 def test_sixteen_peer_processes_four_killed_with_sigkill(tmp_path: Path) -> None:
     """Real processes: four of sixteen peers are SIGKILLed after the subscriptions are in;
