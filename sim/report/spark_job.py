@@ -305,7 +305,9 @@ def _thesis(
 
     ids = [r.index for r in runs]
     installs = _read(spark, runs, "installs", ("latency_ms",))
-    deliveries = _read(spark, runs, "deliveries", ("eid", "expected", "copies", "latency_ms"))
+    deliveries = _read(
+        spark, runs, "deliveries", ("eid", "expected", "copies", "latency_ms", "published_s")
+    )
     tree = _read(spark, runs, "tree", ("snapshot", "depth", "leaf"))
 
     # ---- counts, all in one Spark job: the oracle's verdict, subscriptions, events, the 2d-tree
@@ -325,7 +327,9 @@ def _thesis(
         messages.where(F.col("eid") >= 0)
         .groupBy("run", "eid")
         .agg(F.min("t_s").alias("t0"))
-        .unionByName(deliveries.select("run", "eid", F.lit(None).cast("double").alias("t0")))
+        # The publish call itself bounds the install phase: on a DHT whose routing starts with
+        # a lookup (Kademlia), the first probe leaves only after the lookup's messages.
+        .unionByName(deliveries.select("run", "eid", F.col("published_s").alias("t0")))
         .groupBy("run")
         .agg(F.countDistinct("eid").alias("events"), F.min("t0").alias("t0"))
     )
