@@ -37,10 +37,13 @@ which ``next_hop`` returns None (multicast and the overlay's root checks agree w
 Membership: ``join`` looks up the node's own id through a contact (everyone queried learns the
 joiner from the ``sender`` field), then refreshes every bucket farther than its nearest
 neighbour with a lookup of a random id in it. A node learns only peers that spoke to it (a
-second-hand contact may be dead). The ``siblings`` closest contacts are this node's
-neighbourhood: changes to it are the ``update`` upcalls (the overlay re-checks its replicas),
-and with keep-alives on they are pinged; silent ones, and any contact that misses a lookup or
-hop deadline, are dropped (the bucket then promotes a replacement).
+second-hand contact may be dead). Every contact that enters or leaves the buckets is an
+``update`` upcall (the overlay re-checks which keys it is root of, and its replicas). The
+``siblings`` closest contacts are this node's neighbourhood: with keep-alives on they are
+pinged; silent ones, and any contact that misses a lookup or hop deadline, are dropped (the
+bucket then promotes a replacement), and losing a sibling starts a lookup of our own id. Since
+the nodes a joiner queries learn it before its lookup ends, application messages that reach a
+joiner early are held until it is ready.
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ class KademliaConfig:
     #: Lookup queries in flight at once.
     alpha: int = 3
     lookup: str = "iterative"
-    #: The neighbourhood: closest contacts reported through ``update`` and kept alive.
+    #: The neighbourhood: closest contacts, kept alive and repaired by a self-lookup.
     siblings: int = 8
     #: Sibling ping period; ``math.inf`` switches keep-alives (and failure detection) off.
     keepalive_s: float = 5.0
@@ -290,6 +293,7 @@ class _Target(Node):
 class KademliaNode:
     __slots__ = (
         "_dead",
+        "_early",
         "_join_attempts",
         "_join_contact",
         "_last_heard",
@@ -349,6 +353,7 @@ class KademliaNode:
         self._join_contact = b""
         self._join_attempts = 0
         self._repair_again = False
+        self._early: list[tuple[Message, bytes]] = []
 
     def __repr__(self) -> str:
         return f"KademliaNode({self.space.hexid(self.me.id)[:8]}…, {self.state.value})"
@@ -399,6 +404,9 @@ class KademliaNode:
         handler = _HANDLERS.get(type(msg))
         if handler is None:
             self.stats.drop("not a dht message")
+            return
+        if self.state is State.JOINING and type(msg) in _HELD_WHILE_JOINING:
+            self._hold(msg, src)
             return
         try:
             handler(self, msg, src, now)
@@ -720,11 +728,32 @@ class KademliaNode:
             return
         self._send_join(now)
 
+    def _hold(self, msg: Message, src: bytes) -> None:
+        """A joiner is known to the nodes it has queried before its own lookup ends, and they
+        may already route to it: keep such messages until it is ready (Pastry's joiner is
+        only announced once it is)."""
+        if isinstance(msg, Route) and self.cfg.hop_acks:
+            self._out.append((src, HopAck(msg.uid)))
+        if len(self._early) >= MAX_HELD:
+            self.stats.drop("held while joining: full")
+            return
+        self._early.append((msg, src))
+
     def _become_ready(self, now: float) -> None:
         self.state = State.READY
         if self.cfg.keepalive_s != math.inf:
             self._push_timer(now + self.rng.uniform(0.0, self.cfg.keepalive_s), _T_KEEPALIVE, None)
         self.app.ready(now)
+        early, self._early = self._early, []
+        for msg, src in early:
+            try:
+                if isinstance(msg, Route):
+                    self._advance(msg, self.space.from_bytes(msg.key), now, 0)
+                else:
+                    _HANDLERS[type(msg)](self, msg, src, now)
+            except RemoteProtocolError as exc:
+                self.stats.malformed += 1
+                log.debug("%r: dropped bad held %s: %s", self, type(msg).__name__, exc)
 
     # ----------------------------------------------------------------------------- liveness
 
@@ -781,9 +810,10 @@ class KademliaNode:
         n = self.cfg.siblings
         if len(sib) < n or (ident ^ self.me.id) < (sib[-1].id ^ self.me.id):
             self._siblings = table.closest(self.me.id, n)
-            self.app.update(peer, True, now)
-            if len(sib) >= n:
-                self.app.update(sib[-1], False, now)
+        # Every new contact is reported, not only a new sibling: a node may become the root of
+        # a key this node hosts without being among its nearest few (XOR closeness to the key
+        # is not closeness to us), and the overlay must hand that key over at once.
+        self.app.update(peer, True, now)
 
     def _peer_failed(self, peer: Peer, now: float) -> None:
         ident = peer.id
@@ -792,11 +822,12 @@ class KademliaNode:
         if not self.table.remove(ident):
             return
         self.stats.peers_failed += 1
-        if any(p.id == ident for p in self._siblings):
+        was_sibling = any(p.id == ident for p in self._siblings)
+        if was_sibling:
             self._siblings = self.table.closest(self.me.id, self.cfg.siblings)
-            self.app.update(peer, False, now)
-            if self.state is State.READY:
-                self._repair_neighbourhood(now)
+        self.app.update(peer, False, now)
+        if was_sibling and self.state is State.READY:
+            self._repair_neighbourhood(now)
 
     def _repair_neighbourhood(self, now: float) -> None:
         """A sibling died: look up our own id. Every node the lookup asks answers in person,
@@ -837,6 +868,11 @@ class _Pending:
         self.deadline = deadline
         self.reroutes = reroutes
 
+
+#: Messages for the application that reach a joiner before its lookup ends (held, then handled).
+_HELD_WHILE_JOINING = (Route, Direct)
+#: At most this many are held.
+MAX_HELD = 4096
 
 _HANDLERS: dict[type[Message], Callable[[KademliaNode, Any, bytes, float], None]] = {
     FindNode: KademliaNode._on_find_node,

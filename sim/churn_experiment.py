@@ -24,20 +24,29 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dht.errors import LocalProtocolError
-from dht.node import PastryConfig, PastryNode
+from dht.node import PastryNode
 from pubsub.node import EventDelivered, OverlayConfig, SubscriptionInstalled
 from pubsub.peer import OverlayPeer
 from pubsub.schema import THESIS_SCHEMA, SchemaRegistry
 from pubsub.subscription import Subscription
 from sim.engine import Simulator, print_progress
 from sim.latency import latency_model
-from sim.overlay import PastryOverlay
+from sim.overlay import PastryOverlay, dht_config
 from sim.streams import stream
 from sim.thesis_experiment import Oracle
 from sim.workload import THESIS_WORKLOAD, Workload
 
 REPLICA_KINDS = ("ReplicaPut", "ReplicaOp", "ReplicaDrop")
-DHT_REPAIR_KINDS = ("LeafSetRequest", "LeafSetReply", "RowRequest", "RowReply")
+#: The DHT's own repair traffic: Pastry's leaf-set and row requests; Kademlia's lookups (which,
+#: with iterative routing, also carry every routed message's first steps).
+DHT_REPAIR_KINDS = (
+    "LeafSetRequest",
+    "LeafSetReply",
+    "RowRequest",
+    "RowReply",
+    "FindNode",
+    "FoundNodes",
+)
 WALL_FIELDS = ("wall_s",)
 
 
@@ -68,8 +77,11 @@ class ChurnParams:
     churn_pub_gap_ms: float = 1000.0
     capacity: tuple[int, int] = (10, 30)
     overlay: OverlayConfig = field(default_factory=OverlayConfig)
+    dht: str = "pastry"
+    lookup: str = "iterative"
 
     def check(self) -> None:
+        dht_config(self.dht, lookup=self.lookup)
         if self.nodes < 2:
             raise LocalProtocolError("--nodes must be >= 2")
         if not 0.0 <= self.fail_fraction < 1.0:
@@ -134,7 +146,8 @@ def _overlay(params: ChurnParams, show: bool) -> tuple[Simulator, PastryOverlay,
         cap = cap_rng.randint(*params.capacity)
         return OverlayPeer(node, schemas=registry, capacity=cap, rng=proto_rng, overlay=overlay_cfg)
 
-    return sim, PastryOverlay(sim, seed, config=PastryConfig(), core_factory=make_core), model
+    cfg = dht_config(params.dht, lookup=params.lookup)
+    return sim, PastryOverlay(sim, seed, config=cfg, core_factory=make_core), model
 
 
 def run_churn(params: ChurnParams, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -275,6 +288,8 @@ def run_churn(params: ChurnParams, progress: Callable[[str], None] | None = None
         "pieces_in_lost_sets": pieces_in_dead_sets,
         "overlay": totals,
         "seed": seed,
+        "dht": params.dht,
+        "lookup": params.lookup if params.dht == "kademlia" else None,
         "latency_model": model.describe(),
         "sim_messages": sim.stats.messages,
         "sim_time_s": sim.now,
@@ -472,6 +487,8 @@ def run_continuous(
         "repair_bytes": repl[1],
         "overlay": totals,
         "seed": seed,
+        "dht": params.dht,
+        "lookup": params.lookup if params.dht == "kademlia" else None,
         "latency_model": model.describe(),
         "sim_messages": sim.stats.messages,
         "sim_time_s": sim.now,

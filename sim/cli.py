@@ -88,6 +88,8 @@ def _churn(args: argparse.Namespace) -> int:
         joins=args.joins,
         session_median_s=args.session_median,
         duration_s=args.duration_s,
+        dht=args.dht,
+        lookup=args.lookup,
     )
     result = run_churn(params, progress=None if args.quiet else _stderr_progress("churn"))
     _emit(result, args.json, _print_churn_summary)
@@ -403,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="continuous churn: simulated seconds of events",
     )
     churn.add_argument("--latency", default="synthetic", help="'synthetic', 'planetlab' or a path")
+    _add_dht(churn)
     churn.add_argument("--json", action="store_true", help="print one JSON object")
     churn.add_argument("--quiet", action="store_true", help="no progress on stderr")
     churn.set_defaults(func=_churn)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from pubsub.node import OverlayConfig
 from sim.churn_experiment import WALL_FIELDS, ChurnParams, run_churn
 
@@ -45,6 +47,27 @@ def test_peers_joining_while_events_are_published_lose_and_duplicate_nothing() -
         assert r["overlay"]["handed_off"] > 0  # the joiners became roots of existing nodes
         assert r["delivery_recall"] == 1.0, k
         assert r["duplicates"] == r["false_positives"] == 0
+
+
+@pytest.mark.parametrize("lookup", ["iterative", "recursive"])
+def test_on_kademlia_a_crash_and_joins_lose_and_duplicate_nothing(lookup: str) -> None:
+    r = run_churn(
+        ChurnParams(nodes=200, events=200, fail_fraction=0.2, replicas=3, seed=4,
+                    dht="kademlia", lookup=lookup)
+    )  # fmt: skip
+    assert r["dht"] == "kademlia"
+    assert r["subscriptions_lost"] == 0
+    assert r["delivery_recall"] == 1.0
+    assert r["duplicates"] == r["false_positives"] == 0
+    assert r["overlay"]["promoted"] > 0
+    r = run_churn(
+        ChurnParams(nodes=150, events=300, fail_fraction=0.0, joins=40, replicas=3, seed=5,
+                    dht="kademlia", lookup=lookup)
+    )  # fmt: skip
+    assert r["joins_completed"] == 40
+    assert r["overlay"]["handed_off"] > 0
+    assert r["delivery_recall"] == 1.0
+    assert r["duplicates"] == r["false_positives"] == 0
 
 
 def test_the_same_seed_gives_the_same_run() -> None:
