@@ -120,7 +120,8 @@ def test_a_crashed_peer_is_detected_by_keepalives_and_the_rest_still_deliver() -
     assert got == 1
 
 
-def test_four_of_sixteen_peers_crashing_lose_no_subscription_of_the_living() -> None:
+@pytest.mark.parametrize("dht", ["pastry", "kademlia"])
+def test_four_of_sixteen_peers_crashing_lose_no_subscription_of_the_living(dht: str) -> None:
     """Real peers, replicated tree nodes (k = 3): four peers die without a word; once the
     keep-alives have noticed and replicas have taken over, events published afterwards reach
     every live matching subscriber exactly once."""
@@ -128,7 +129,7 @@ def test_four_of_sixteen_peers_crashing_lose_no_subscription_of_the_living() -> 
 
     from pubsub.node import OverlayConfig
     from runtime.inprocess import leaf_sets_converged
-    from runtime.peer import RUNTIME_PASTRY, PeerConfig
+    from runtime.peer import RUNTIME_KADEMLIA, RUNTIME_PASTRY, PeerConfig
 
     # Everything on a short fuse, so the test needs seconds, not minutes: failure detection,
     # subscriber refresh (which restores pieces whose replicas had not arrived yet when their
@@ -136,7 +137,9 @@ def test_four_of_sixteen_peers_crashing_lose_no_subscription_of_the_living() -> 
     # A small leaf capacity spreads the tree over the swarm, so the victims do host some of it.
     fast = PeerConfig(
         capacity=4,
+        dht=dht,
         pastry=replace(RUNTIME_PASTRY, keepalive_s=0.5, fail_after_s=1.5),
+        kademlia=replace(RUNTIME_KADEMLIA, keepalive_s=0.5, fail_after_s=1.5),
         overlay=OverlayConfig(refresh_s=2.0, park_timeout_s=2.0),
     )
     rng = random.Random(16)
