@@ -44,7 +44,7 @@ import random
 import sys
 import time
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
@@ -53,7 +53,7 @@ from pubsub.schema import THESIS_SCHEMA
 from pubsub.subscription import Subscription
 from runtime.client import Client, ClientSubscription, ConnectionLost, RequestError, connect
 from runtime.inprocess import start_local_swarm
-from runtime.peer import PeerRuntime
+from runtime.peer import RUNTIME_KADEMLIA, PeerConfig, PeerRuntime
 from sim.workload import thesis_workload
 
 NAMES = [a.name for a in THESIS_SCHEMA.attributes]
@@ -307,7 +307,13 @@ async def bench(
         t0 = trio.current_time()
         with trio.fail_after(args.setup_timeout):
             peers = await start_local_swarm(
-                swarm, args.peers, seed=args.seed, converge_timeout_s=args.setup_timeout
+                swarm,
+                args.peers,
+                seed=args.seed,
+                config=PeerConfig(
+                    dht=args.dht, kademlia=replace(RUNTIME_KADEMLIA, lookup=args.lookup)
+                ),
+                converge_timeout_s=args.setup_timeout,
             )
         setup_s = trio.current_time() - t0
         progress(f"swarm up and converged in {setup_s:.2f}s")
@@ -407,6 +413,8 @@ async def bench(
     idle_wall = snap_idle.t - snap_installed.t
     result["config"] = {
         "peers": args.peers,
+        "dht": args.dht,
+        "lookup": args.lookup if args.dht == "kademlia" else None,
         "subs": len(subs),
         "sub_clients": n_sub_clients,
         "pub_clients": n_pub,
@@ -590,6 +598,8 @@ def main() -> int:
     ap.add_argument("--pub-clients", type=int, default=8, help="peers publishers attach to")
     ap.add_argument("--sub-clients", type=int, default=0, help="0: one per peer")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--dht", choices=("pastry", "kademlia"), default="pastry")
+    ap.add_argument("--lookup", choices=("iterative", "recursive"), default="iterative")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--setup-timeout", type=float, default=180.0)
     ap.add_argument("--op-timeout", type=float, default=60.0, help="per subscribe / publish")

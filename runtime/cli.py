@@ -32,7 +32,9 @@ def _schemas(name_or_file: str | None) -> tuple[SchemaRegistry, str]:
 
 
 def _peer_start(args: argparse.Namespace) -> int:
-    from runtime.peer import PeerConfig, PeerRuntime
+    from dataclasses import replace
+
+    from runtime.peer import RUNTIME_KADEMLIA, PeerConfig, PeerRuntime
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -72,10 +74,14 @@ def _peer_start(args: argparse.Namespace) -> int:
         )
     if state is not None and saved.get("dht") is None:
         state.write({**saved, "dht": dht})
+    kademlia = replace(RUNTIME_KADEMLIA, lookup=args.lookup)
+    if args.lookup != "iterative" and dht != "kademlia":
+        raise LocalProtocolError("--lookup applies to --dht kademlia only")
     config = PeerConfig(
         host=host,
         port=port,
         dht=dht,
+        kademlia=kademlia,
         capacity=args.capacity,
         overlay=OverlayConfig(probe=args.probe, delivery=args.delivery),
     )
@@ -296,6 +302,12 @@ def add_runtime_parsers(top: Any) -> None:
         choices=("pastry", "kademlia"),
         help="the DHT under the overlay (default: the one saved in --state, else pastry); "
         "every peer of a swarm must use the same",
+    )
+    start.add_argument(
+        "--lookup",
+        choices=("iterative", "recursive"),
+        default="iterative",
+        help="Kademlia routing: iterative lookups from the origin, or hop by hop",
     )
     start.add_argument(
         "--capacity", type=int, default=100, help="subscriptions a tree leaf holds before it splits"

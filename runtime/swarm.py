@@ -106,6 +106,8 @@ def _spawn(i: int, port: int, dir_: Path, join: int | None, args: argparse.Names
         "--dht",
         args.dht,
     ]
+    if args.dht == "kademlia":
+        cmd += ["--lookup", args.lookup]
     if join is not None:
         cmd += ["--join", f"127.0.0.1:{join}"]
     if args.schema:
@@ -343,6 +345,12 @@ def add_swarm_parser(top: Any) -> None:
         choices=("pastry", "kademlia"),
         default="pastry",
         help="the DHT under the overlay, for every peer",
+    )
+    up.add_argument(
+        "--lookup",
+        choices=("iterative", "recursive"),
+        default="iterative",
+        help="Kademlia routing: iterative lookups from the origin, or hop by hop",
     )
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the joins")
     up.add_argument("--quiet", action="store_true", help="no progress on stderr")
