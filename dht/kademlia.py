@@ -52,19 +52,19 @@ import heapq
 import logging
 import math
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from kademlia.node import Node, NodeHeap
 from kademlia.routing import KBucket
 
-from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from dht.core import T_ACK, Application, DhtCore, NodeStats, Proximity, State
+from dht.errors import LocalProtocolError, RemoteProtocolError
 from dht.ids import DEFAULT_SPACE, IdSpace
 from dht.messages import Direct, FindNode, FoundNodes, HopAck, Leave, Ping, Pong, Route
-from dht.node import Application, NodeStats, Proximity, State
 from dht.routing import Peer
-from dht.wire import Message, codec
+from dht.wire import Message
 
 log = logging.getLogger("rangecast.dht.kademlia")
 
@@ -263,7 +263,7 @@ class _Key:
 
 
 _ROUTE, _JOIN, _REFRESH = 0, 1, 2
-_T_KEEPALIVE, _T_ACK, _T_QUERY, _T_JOIN = 0, 1, 2, 3
+_T_KEEPALIVE, _T_QUERY, _T_JOIN = 1, 2, 3
 
 
 class _Lookup:
@@ -290,7 +290,7 @@ class _Target(Node):
         self.long_id = long_id
 
 
-class KademliaNode:
+class KademliaNode(DhtCore):
     __slots__ = (
         "_dead",
         "_early",
@@ -298,21 +298,8 @@ class KademliaNode:
         "_join_contact",
         "_last_heard",
         "_lookups",
-        "_out",
-        "_pending",
         "_repair_again",
-        "_seq",
         "_siblings",
-        "_timers",
-        "app",
-        "by_join",
-        "cfg",
-        "me",
-        "proximity",
-        "rng",
-        "space",
-        "state",
-        "stats",
         "table",
     )
 
@@ -327,26 +314,9 @@ class KademliaNode:
         app: Application | None = None,
     ) -> None:
         cfg = config or KademliaConfig()
-        self.cfg = cfg
-        self.space = cfg.space
-        self.space.check(ident)
-        if not isinstance(addr, bytes) or not 0 < len(addr) <= 64:
-            raise LocalProtocolError(f"address must be 1-64 bytes, got {addr!r}")
-        if not isinstance(rng, random.Random):
-            raise LocalProtocolError("rng must be a seeded random.Random")
-        self.me = Peer.make(self.space, ident, addr)
-        self.rng = rng
-        self.proximity: Proximity = proximity or (lambda _p: 0.0)
-        self.app = app or Application()
+        super().__init__(ident, addr, rng, cfg, proximity, app, KademliaStats())
         self.table = BucketTable(self.space, ident, cfg.k, near=cfg.siblings)
-        self.state = State.IDLE
-        self.stats = KademliaStats()
-        self.by_join = False
-        self._out: list[tuple[bytes, Message]] = []
-        self._timers: list[tuple[float, int, int, Any]] = []
-        self._seq = 0
         self._lookups: dict[int, _Lookup] = {}
-        self._pending: dict[int, _Pending] = {}
         self._siblings: list[Peer] = []
         self._last_heard: dict[int, float] = {}
         self._dead: dict[int, float] = {}
@@ -355,25 +325,13 @@ class KademliaNode:
         self._repair_again = False
         self._early: list[tuple[Message, bytes]] = []
 
-    def __repr__(self) -> str:
-        return f"KademliaNode({self.space.hexid(self.me.id)[:8]}…, {self.state.value})"
-
-    @property
-    def id(self) -> int:
-        return self.me.id
-
     # ------------------------------------------------------------------------------- outputs
-
-    def take_messages(self) -> list[tuple[bytes, Message]]:
-        out = self._out
-        self._out = []
-        return out
 
     def get_timer(self) -> float | None:
         timers = self._timers
         while timers:
             deadline, _, kind, arg = timers[0]
-            if kind == _T_ACK:
+            if kind == T_ACK:
                 p = self._pending.get(arg)
                 if p is None or p.deadline != deadline:
                     heapq.heappop(timers)
@@ -388,32 +346,6 @@ class KademliaNode:
 
     # -------------------------------------------------------------------------------- inputs
 
-    def receive_frame(self, frame: bytes, src: bytes, now: float) -> None:
-        try:
-            msg = codec().decode(frame)
-        except WireError as exc:
-            self.stats.malformed += 1
-            log.debug("%r: dropped malformed frame from %r: %s", self, src, exc)
-            return
-        self.receive(msg, src, now)
-
-    def receive(self, msg: Message, src: bytes, now: float) -> None:
-        if self.state is State.LEFT or self.state is State.IDLE:
-            self.stats.drop("not running")
-            return
-        handler = _HANDLERS.get(type(msg))
-        if handler is None:
-            self.stats.drop("not a dht message")
-            return
-        if self.state is State.JOINING and type(msg) in _HELD_WHILE_JOINING:
-            self._hold(msg, src)
-            return
-        try:
-            handler(self, msg, src, now)
-        except RemoteProtocolError as exc:
-            self.stats.malformed += 1
-            log.debug("%r: dropped bad %s from %r: %s", self, type(msg).__name__, src, exc)
-
     def handle_timer(self, now: float) -> None:
         timers = self._timers
         while timers and timers[0][0] <= now:
@@ -421,7 +353,7 @@ class KademliaNode:
             try:
                 if kind == _T_QUERY:
                     self._on_query_timeout(arg[0], arg[1], deadline, now)
-                elif kind == _T_ACK:
+                elif kind == T_ACK:
                     self._on_ack_timeout(arg, deadline, now)
                 elif kind == _T_KEEPALIVE:
                     self._on_keepalive(now)
@@ -476,9 +408,6 @@ class KademliaNode:
         self._lookups[uid] = lk
         self._step(lk, now)
         return uid
-
-    def send_direct(self, peer: Peer, payload: bytes, now: float) -> None:
-        self._out.append((peer.addr, Direct(self.me.handle, payload)))
 
     def leave(self, now: float) -> None:
         if self.state is not State.READY:
@@ -650,27 +579,6 @@ class KademliaNode:
 
     # ------------------------------------------------------------------------------- routing
 
-    def _send_route(self, msg: Route, key: int, nh: Peer, now: float, reroutes: int) -> None:
-        self._out.append((nh.addr, msg))
-        self.stats.forwarded += 1
-        if self.cfg.hop_acks:
-            deadline = (
-                now + self.cfg.ack_floor_s + self.cfg.ack_rtt_factor * (self.proximity(nh) / 1000.0)
-            )
-            self._pending[msg.uid] = _Pending(msg, key, nh, deadline, reroutes)
-            self._push_timer(deadline, _T_ACK, msg.uid)
-
-    def _on_route(self, msg: Route, src: bytes, now: float) -> None:
-        key = self.space.from_bytes(msg.key)
-        if len(msg.origin.id) != self.space.nbytes:
-            raise RemoteProtocolError(f"origin id of {len(msg.origin.id)} bytes")
-        if self.cfg.hop_acks:
-            self._out.append((src, HopAck(msg.uid)))
-        if self.state is not State.READY:
-            self.stats.drop("route before ready")
-            return
-        self._advance(msg, key, now, 0)
-
     def _advance(self, msg: Route, key: int, now: float, reroutes: int) -> None:
         nh = self.table.nearest(key)
         if nh is None:
@@ -685,11 +593,6 @@ class KademliaNode:
         out = Route(msg.uid, msg.key, msg.origin, msg.hops + 1, msg.payload)
         self._send_route(out, key, nh, now, reroutes)
 
-    def _on_hop_ack(self, msg: HopAck, src: bytes, now: float) -> None:
-        p = self._pending.get(msg.uid)
-        if p is not None and p.next_hop.addr == src:
-            del self._pending[msg.uid]
-
     def _on_ack_timeout(self, uid: int, deadline: float, now: float) -> None:
         p = self._pending.get(uid)
         if p is None or p.deadline != deadline:
@@ -703,9 +606,6 @@ class KademliaNode:
         msg = p.msg
         back = Route(msg.uid, msg.key, msg.origin, max(msg.hops - 1, 0), msg.payload)
         self._advance(back, p.key, now, p.reroutes + 1)
-
-    def _on_direct(self, msg: Direct, src: bytes, now: float) -> None:
-        self.app.receive_direct(msg.payload, Peer.from_handle(self.space, msg.sender), now)
 
     # ---------------------------------------------------------------------------------- join
 
@@ -750,7 +650,7 @@ class KademliaNode:
                 if isinstance(msg, Route):
                     self._advance(msg, self.space.from_bytes(msg.key), now, 0)
                 else:
-                    _HANDLERS[type(msg)](self, msg, src, now)
+                    self._handlers[type(msg)](self, msg, src, now)
             except RemoteProtocolError as exc:
                 self.stats.malformed += 1
                 log.debug("%r: dropped bad held %s: %s", self, type(msg).__name__, exc)
@@ -843,46 +743,21 @@ class KademliaNode:
             self._lookups[lk.lid] = lk
             self._step(lk, now)
 
-    # -------------------------------------------------------------------------------- helpers
 
-    def _push_timer(self, deadline: float, kind: int, arg: Any) -> None:
-        self._seq += 1
-        heapq.heappush(self._timers, (deadline, self._seq, kind, arg))
-
-    def _require(self, state: State, what: str) -> None:
-        if self.state is not state:
-            raise LocalProtocolError(
-                f"{what}() needs state {state.value}, node is {self.state.value}"
-            )
-
-
-class _Pending:
-    __slots__ = ("deadline", "key", "msg", "next_hop", "reroutes")
-
-    def __init__(
-        self, msg: Route, key: int, next_hop: Peer, deadline: float, reroutes: int
-    ) -> None:
-        self.msg = msg
-        self.key = key
-        self.next_hop = next_hop
-        self.deadline = deadline
-        self.reroutes = reroutes
-
-
-#: Messages for the application that reach a joiner before its lookup ends (held, then handled).
-_HELD_WHILE_JOINING = (Route, Direct)
-#: At most this many are held.
+#: At most this many messages are held by a joiner.
 MAX_HELD = 4096
 
-_HANDLERS: dict[type[Message], Callable[[KademliaNode, Any, bytes, float], None]] = {
+KademliaNode._handlers = {
     FindNode: KademliaNode._on_find_node,
     FoundNodes: KademliaNode._on_found_nodes,
-    Route: KademliaNode._on_route,
-    HopAck: KademliaNode._on_hop_ack,
+    Route: DhtCore._on_route,
+    HopAck: DhtCore._on_hop_ack,
     Ping: KademliaNode._on_ping,
     Pong: KademliaNode._on_pong,
-    Direct: KademliaNode._on_direct,
+    Direct: DhtCore._on_direct,
     Leave: KademliaNode._on_leave,
 }
 
 __all__ = ["LOOKUP_MODES", "BucketTable", "Contact", "KademliaConfig", "KademliaNode"]
+#: Messages for the application that reach a joiner before its lookup ends (held, then handled).
+KademliaNode._held = (Route, Direct)

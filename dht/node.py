@@ -40,13 +40,11 @@ import heapq
 import logging
 import math
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from itertools import chain
-from typing import Any
 
-from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from dht.core import T_ACK, Application, DhtCore, NodeStats, Proximity, State
+from dht.errors import LocalProtocolError, RemoteProtocolError
 from dht.ids import DEFAULT_SPACE, IdSpace
 from dht.messages import (
     Announce,
@@ -65,12 +63,9 @@ from dht.messages import (
     RowRequest,
 )
 from dht.routing import LeafSet, Peer, RoutingTable
-from dht.wire import Handle, Message, codec
+from dht.wire import Handle
 
 log = logging.getLogger("rangecast.dht")
-
-Proximity = Callable[[Peer], float]
-"""Estimated round-trip time to a peer in ms (the simulator's latency model, or measured RTTs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,75 +96,19 @@ class PastryConfig:
             raise LocalProtocolError("need 0 < keepalive_s < fail_after_s")
 
 
-class State(Enum):
-    IDLE = "idle"
-    JOINING = "joining"
-    READY = "ready"
-    FAILED = "failed"  # the join gave up
-    LEFT = "left"
+_T_KEEPALIVE, _T_JOIN = 1, 2
 
 
-class Application:
-    """Upcalls of the common KBR API. Subclass and override what you need."""
-
-    def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
-        """``payload`` routed to ``key`` arrived at its root (this node)."""
-
-    def forward(self, key: int, payload: bytes, next_hop: Peer, now: float) -> bytes | None:
-        """Called before forwarding; return the (possibly changed) payload, or None to stop."""
-        return payload
-
-    def update(self, peer: Peer, joined: bool, now: float) -> None:
-        """``peer`` entered (joined=True) or left this node's leaf set."""
-
-    def receive_direct(self, payload: bytes, sender: Peer, now: float) -> None:
-        """A point-to-point message from ``sender``."""
-
-    def ready(self, now: float) -> None:
-        """The node has joined the overlay (or was bootstrapped) and routes."""
-
-
-@dataclass(slots=True)
-class NodeStats:
-    malformed: int = 0
-    delivered: int = 0
-    forwarded: int = 0
-    reroutes: int = 0
-    dropped: int = 0
-    peers_failed: int = 0
-    by_reason: dict[str, int] = field(default_factory=dict)
-
-    def drop(self, reason: str) -> None:
-        self.dropped += 1
-        self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
-
-
-_T_KEEPALIVE, _T_ACK, _T_JOIN = 0, 1, 2
-
-
-class PastryNode:
+class PastryNode(DhtCore):
     __slots__ = (
         "_announced",
         "_dead",
         "_join_attempts",
         "_join_contact",
         "_last_heard",
-        "_out",
-        "_pending",
         "_probing",
         "_rounds",
-        "_seq",
-        "_timers",
-        "app",
-        "by_join",
-        "cfg",
         "leaves",
-        "me",
-        "proximity",
-        "rng",
-        "space",
-        "state",
-        "stats",
         "table",
     )
 
@@ -184,25 +123,9 @@ class PastryNode:
         app: Application | None = None,
     ) -> None:
         cfg = config or PastryConfig()
-        self.cfg = cfg
-        self.space = cfg.space
-        self.space.check(ident)
-        if not isinstance(addr, bytes) or not 0 < len(addr) <= 64:
-            raise LocalProtocolError(f"address must be 1-64 bytes, got {addr!r}")
-        if not isinstance(rng, random.Random):
-            raise LocalProtocolError("rng must be a seeded random.Random")
-        self.me = Peer.make(self.space, ident, addr)
-        self.rng = rng
-        self.proximity: Proximity = proximity or _no_proximity
-        self.app = app or Application()
+        super().__init__(ident, addr, rng, cfg, proximity, app, NodeStats())
         self.leaves = LeafSet(self.space, ident, cfg.leaf_set_size // 2)
         self.table = RoutingTable(self.space, ident)
-        self.state = State.IDLE
-        self.stats = NodeStats()
-        self._out: list[tuple[bytes, Message]] = []
-        self._timers: list[tuple[float, int, int, Any]] = []
-        self._seq = 0
-        self._pending: dict[int, _Pending] = {}
         self._last_heard: dict[int, float] = {}
         self._dead: dict[int, float] = {}
         self._announced: set[int] = set()
@@ -211,24 +134,8 @@ class PastryNode:
         self._rounds = 0
         #: Would-be neighbours learnt second-hand and pinged, not yet heard from.
         self._probing: dict[int, float] = {}
-        #: Entered an existing overlay through the join protocol (rather than starting one or
-        #: being bootstrapped with the whole membership): its keys are still being handed over.
-        self.by_join = False
-
-    def __repr__(self) -> str:
-        return f"PastryNode({self.space.hexid(self.me.id)[:8]}…, {self.state.value})"
-
-    @property
-    def id(self) -> int:
-        return self.me.id
 
     # ------------------------------------------------------------------------------- outputs
-
-    def take_messages(self) -> list[tuple[bytes, Message]]:
-        """Messages to send, as (destination address, message); the list is handed over."""
-        out = self._out
-        self._out = []
-        return out
 
     def get_timer(self) -> float | None:
         """The earliest deadline at which ``handle_timer`` must be called, if any."""
@@ -237,7 +144,7 @@ class PastryNode:
         # Acks that arrived leave stale entries behind; shed them so the driver is not woken.
         while timers:
             deadline, _, kind, arg = timers[0]
-            if kind == _T_ACK:
+            if kind == T_ACK:
                 p = pending.get(arg)
                 if p is None or p.deadline != deadline:
                     heapq.heappop(timers)
@@ -247,37 +154,12 @@ class PastryNode:
 
     # -------------------------------------------------------------------------------- inputs
 
-    def receive_frame(self, frame: bytes, src: bytes, now: float) -> None:
-        """Raw bytes from the network: decode strictly, drop (and count) anything bad."""
-        try:
-            msg = codec().decode(frame)
-        except WireError as exc:
-            self.stats.malformed += 1
-            log.debug("%r: dropped malformed frame from %r: %s", self, src, exc)
-            return
-        self.receive(msg, src, now)
-
-    def receive(self, msg: Message, src: bytes, now: float) -> None:
-        if self.state is State.LEFT or self.state is State.IDLE:
-            self.stats.drop("not running")
-            return
-        handler = _HANDLERS.get(type(msg))
-        if handler is None:
-            # Not a DHT message: a driver that shares a port with other layers routes those.
-            self.stats.drop("not a dht message")
-            return
-        try:
-            handler(self, msg, src, now)
-        except RemoteProtocolError as exc:
-            self.stats.malformed += 1
-            log.debug("%r: dropped bad %s from %r: %s", self, type(msg).__name__, src, exc)
-
     def handle_timer(self, now: float) -> None:
         timers = self._timers
         while timers and timers[0][0] <= now:
             deadline, _, kind, arg = heapq.heappop(timers)
             try:
-                if kind == _T_ACK:
+                if kind == T_ACK:
                     self._on_ack_timeout(arg, deadline, now)
                 elif kind == _T_KEEPALIVE:
                     self._on_keepalive(now)
@@ -332,10 +214,6 @@ class PastryNode:
             msg = Route(uid, self.space.to_bytes(key), self.me.handle, 1, fwd)
             self._send_route(msg, key, nh, now, 0)
         return uid
-
-    def send_direct(self, peer: Peer, payload: bytes, now: float) -> None:
-        """Send ``payload`` straight to ``peer``'s address (no routing, no ack)."""
-        self._out.append((peer.addr, Direct(self.me.handle, payload)))
 
     def leave(self, now: float) -> None:
         """Depart gracefully: tell every node we know so they drop us at once."""
@@ -425,40 +303,11 @@ class PastryNode:
                 best_d, best = d, p
         return best
 
-    def _send_route(
-        self, msg: Route | JoinRequest, key: int, nh: Peer, now: float, reroutes: int
-    ) -> None:
-        """Forward a routed message to ``nh``, expecting its ``HopAck``."""
-        self._out.append((nh.addr, msg))
-        self.stats.forwarded += 1
-        if self.cfg.hop_acks:
-            deadline = (
-                now + self.cfg.ack_floor_s + self.cfg.ack_rtt_factor * (self.proximity(nh) / 1000.0)
-            )
-            self._pending[msg.uid] = _Pending(msg, key, nh, deadline, reroutes)
-            self._push_timer(deadline, _T_ACK, msg.uid)
-
-    def _on_route(self, msg: Route, src: bytes, now: float) -> None:
-        key = self.space.from_bytes(msg.key)
-        # Validate everything from the wire now: a re-route after an ack timeout must not be
-        # the first to find the origin malformed.
-        if len(msg.origin.id) != self.space.nbytes:
-            raise RemoteProtocolError(f"origin id of {len(msg.origin.id)} bytes")
-        if self.cfg.hop_acks:
-            self._out.append((src, HopAck(msg.uid)))
-        if self.state is not State.READY:
-            self.stats.drop("route before ready")
-            return
-        self._advance(msg, key, None, now, 0)
-
-    def _advance(
-        self, msg: Route, key: int, origin: Peer | None, now: float, reroutes: int
-    ) -> None:
+    def _advance(self, msg: Route, key: int, now: float, reroutes: int) -> None:
         nh = self._next_hop(key, -1)
         if nh is None:
             self.stats.delivered += 1
-            if origin is None:
-                origin = Peer.from_handle(self.space, msg.origin)
+            origin = Peer.from_handle(self.space, msg.origin)
             self.app.deliver(key, msg.payload, origin, msg.hops, now)
             return
         if msg.hops >= 255:
@@ -469,11 +318,6 @@ class PastryNode:
             return
         out = Route(msg.uid, msg.key, msg.origin, msg.hops + 1, payload)
         self._send_route(out, key, nh, now, reroutes)
-
-    def _on_hop_ack(self, msg: HopAck, src: bytes, now: float) -> None:
-        p = self._pending.get(msg.uid)
-        if p is not None and p.next_hop.addr == src:
-            del self._pending[msg.uid]
 
     def _on_ack_timeout(self, uid: int, deadline: float, now: float) -> None:
         p = self._pending.get(uid)
@@ -491,10 +335,7 @@ class PastryNode:
             return
         # Re-send as if from the previous hop: the failed attempt is not a hop.
         back = Route(msg.uid, msg.key, msg.origin, msg.hops - 1, msg.payload)
-        self._advance(back, p.key, None, now, p.reroutes + 1)
-
-    def _on_direct(self, msg: Direct, src: bytes, now: float) -> None:
-        self.app.receive_direct(msg.payload, Peer.from_handle(self.space, msg.sender), now)
+        self._advance(back, p.key, now, p.reroutes + 1)
 
     # ---------------------------------------------------------------------------------- join
 
@@ -742,41 +583,10 @@ class PastryNode:
             if peer.id not in self._dead and peer.id != self.me.id:
                 self.table.add(peer, self.proximity)
 
-    # -------------------------------------------------------------------------------- helpers
 
-    def _push_timer(self, deadline: float, kind: int, arg: Any) -> None:
-        self._seq += 1
-        heapq.heappush(self._timers, (deadline, self._seq, kind, arg))
-
-    def _require(self, state: State, what: str) -> None:
-        if self.state is not state:
-            raise LocalProtocolError(
-                f"{what}() needs state {state.value}, node is {self.state.value}"
-            )
-
-
-class _Pending:
-    """A routed message awaiting its next hop's ack."""
-
-    __slots__ = ("deadline", "key", "msg", "next_hop", "reroutes")
-
-    def __init__(
-        self, msg: Route | JoinRequest, key: int, next_hop: Peer, deadline: float, reroutes: int
-    ) -> None:
-        self.msg = msg
-        self.key = key
-        self.next_hop = next_hop
-        self.deadline = deadline
-        self.reroutes = reroutes
-
-
-def _no_proximity(peer: Peer) -> float:
-    return 0.0
-
-
-_HANDLERS: dict[type[Message], Callable[[PastryNode, Any, bytes, float], None]] = {
-    Route: PastryNode._on_route,
-    HopAck: PastryNode._on_hop_ack,
+PastryNode._handlers = {
+    Route: DhtCore._on_route,
+    HopAck: DhtCore._on_hop_ack,
     JoinRequest: PastryNode._on_join_request,
     JoinRows: PastryNode._on_join_rows,
     JoinReply: PastryNode._on_join_reply,
@@ -787,7 +597,7 @@ _HANDLERS: dict[type[Message], Callable[[PastryNode, Any, bytes, float], None]] 
     Pong: PastryNode._on_pong,
     RowRequest: PastryNode._on_row_request,
     RowReply: PastryNode._on_row_reply,
-    Direct: PastryNode._on_direct,
+    Direct: DhtCore._on_direct,
     Leave: PastryNode._on_leave,
 }
 

@@ -6,7 +6,7 @@ A message for a set of target keys travels as one message per next hop. At every
 sender included) ``split`` divides the keys still to serve into those this node is the root of
 (deliver here) and groups, each sent on as one message routed by the DHT towards the group's
 representative key. No multicast tree is built or kept: every decision is the DHT's own routing
-decision (``PastryNode.next_hop``), taken again at each hop.
+decision (``next_hop`` of Pastry or Kademlia), taken again at each hop.
 
 The grouping rule:
 
@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dht.node import PastryNode
+from dht.core import DhtCore
 from dht.routing import Peer
 
 #: Hop budget of a multicast message (Pastry needs about log16 N hops per key; a mixed bucket
@@ -58,7 +58,7 @@ class Split:
     groups: tuple[Group, ...]
 
 
-def split(dht: PastryNode, keys: Sequence[int]) -> Split:
+def split(dht: DhtCore, keys: Sequence[int]) -> Split:
     """Divide ``keys`` into those ``dht`` is root of and at most ``2^b`` next-hop groups."""
     local: list[int] = []
     hop_of: dict[int, Peer] = {}

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-``TopicNode`` is a sans-IO state machine on top of a ``PastryNode`` (it is the node's
+``TopicNode`` is a sans-IO state machine on top of a DHT node (it is the node's
 ``Application``). Its inputs are the topic messages (``receive(msg, src, now)``), routed payloads
 (the ``deliver`` upcall), ``handle_timer(now)`` and the API (``join``, ``leave``, ``publish``,
 ``publish_slices``); its outputs are ``take_messages()``, ``get_timer()`` and the application
@@ -94,8 +94,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dht.core import Application, DhtCore, State
 from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
-from dht.node import Application, PastryNode, State
 from dht.routing import Peer
 from dht.wire import Message, codec
 from multicast.lbdd import SOURCE, build_tree
@@ -446,14 +446,12 @@ class _Flow:
 _T_TICK, _T_PUSH = 0, 1
 
 
-def topic_key(node: PastryNode, topic: str) -> int:
+def topic_key(node: DhtCore, topic: str) -> int:
     return node.space.hash_key("topic:" + topic)
 
 
 class TopicNode(Application):
-    def __init__(
-        self, dht: PastryNode, rng: random.Random, config: TopicConfig | None = None
-    ) -> None:
+    def __init__(self, dht: DhtCore, rng: random.Random, config: TopicConfig | None = None) -> None:
         if not isinstance(rng, random.Random):
             raise LocalProtocolError("rng must be a seeded random.Random")
         self.dht = dht
@@ -1460,9 +1458,7 @@ class TopicPeer:
     __slots__ = ("dht", "take_events", "topic")
     take_events: Callable[[], list[TopicEvent]]
 
-    def __init__(
-        self, dht: PastryNode, rng: random.Random, config: TopicConfig | None = None
-    ) -> None:
+    def __init__(self, dht: DhtCore, rng: random.Random, config: TopicConfig | None = None) -> None:
         self.dht = dht
         self.topic = TopicNode(dht, rng, config)
         self.take_events = self.topic.take_events

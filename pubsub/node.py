@@ -46,8 +46,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dht.core import Application, DhtCore, State
 from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
-from dht.node import Application, PastryNode
 from dht.routing import Peer
 from dht.wire import Message, codec
 from multicast.lbdd import build_tree
@@ -261,7 +261,7 @@ INTERNAL_REPLICAS = 9
 class PubSubNode(Application):
     def __init__(
         self,
-        dht: PastryNode,
+        dht: DhtCore,
         schemas: SchemaRegistry,
         *,
         capacity: int,
@@ -314,6 +314,12 @@ class PubSubNode(Application):
         return timers[0][0] if timers else None
 
     def handle_timer(self, now: float) -> None:
+        if self.dht.state is not State.READY:
+            # The peer has left (a runtime's timer may still fire while its links flush):
+            # there is nothing to route through, and nobody to hand parked messages to.
+            self._timers.clear()
+            self._parked.clear()
+            return
         timers = self._timers
         while timers and timers[0][0] <= now:
             _, _, key = heapq.heappop(timers)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from dht.node import PastryNode
+from dht.core import DhtCore
 from dht.wire import Message
 from pubsub.node import AppEvent, OverlayConfig, PubSubNode
 from pubsub.schema import SchemaRegistry
@@ -23,7 +23,7 @@ class OverlayPeer:
 
     def __init__(
         self,
-        dht: PastryNode,
+        dht: DhtCore,
         *,
         schemas: SchemaRegistry,
         capacity: int,

@@ -1,0 +1,295 @@
+"""What every DHT core shares: the KBR upcalls, node states and counters, and the plumbing of a
+sans-IO node (validated construction, the outbox, strict input, the handler table, routed hops
+with acknowledgements).
+
+``PastryNode`` (``dht.node``) and ``KademliaNode`` (``dht.kademlia``) subclass ``DhtCore``; each
+brings its routing state, its handler table (``_handlers``), its timers and its rule for the next
+hop (``_advance``). The overlay above sees only the API they have in common.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from dht.ids import IdSpace
+from dht.messages import Direct, HopAck, JoinRequest, Route
+from dht.routing import Peer
+from dht.wire import Message, codec
+
+log = logging.getLogger("rangecast.dht")
+
+Proximity = Callable[[Peer], float]
+"""Estimated round-trip time to a peer in ms (the simulator's latency model, or measured RTTs)."""
+
+
+class State(Enum):
+    IDLE = "idle"
+    JOINING = "joining"
+    READY = "ready"
+    FAILED = "failed"  # the join gave up
+    LEFT = "left"
+
+
+class Application:
+    """Upcalls of the common KBR API. Subclass and override what you need."""
+
+    def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
+        """``payload`` routed to ``key`` arrived at its root (this node)."""
+
+    def forward(self, key: int, payload: bytes, next_hop: Peer, now: float) -> bytes | None:
+        """Called before forwarding; return the (possibly changed) payload, or None to stop."""
+        return payload
+
+    def update(self, peer: Peer, joined: bool, now: float) -> None:
+        """``peer`` entered (joined=True) or left this node's neighbourhood (Pastry: its leaf
+        set; Kademlia: its buckets)."""
+
+    def receive_direct(self, payload: bytes, sender: Peer, now: float) -> None:
+        """A point-to-point message from ``sender``."""
+
+    def ready(self, now: float) -> None:
+        """The node has joined the overlay (or was bootstrapped) and routes."""
+
+
+@dataclass(slots=True)
+class NodeStats:
+    malformed: int = 0
+    delivered: int = 0
+    forwarded: int = 0
+    reroutes: int = 0
+    dropped: int = 0
+    peers_failed: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, reason: str) -> None:
+        self.dropped += 1
+        self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
+
+
+class Pending:
+    """A routed message awaiting its next hop's ack."""
+
+    __slots__ = ("deadline", "key", "msg", "next_hop", "reroutes")
+
+    def __init__(
+        self, msg: Route | JoinRequest, key: int, next_hop: Peer, deadline: float, reroutes: int
+    ) -> None:
+        self.msg = msg
+        self.key = key
+        self.next_hop = next_hop
+        self.deadline = deadline
+        self.reroutes = reroutes
+
+
+#: Timer kind of a hop ack's deadline (each core numbers its other timers from 1).
+T_ACK = 0
+
+
+class DhtCore:
+    __slots__ = (
+        "_out",
+        "_pending",
+        "_seq",
+        "_timers",
+        "app",
+        "by_join",
+        "cfg",
+        "me",
+        "proximity",
+        "rng",
+        "space",
+        "state",
+        "stats",
+    )
+    #: Message type -> handler, filled in by each subclass.
+    _handlers: ClassVar[dict[type[Message], Callable[[Any, Any, bytes, float], None]]] = {}
+    #: Message types a joining node keeps for later instead of handling (Kademlia's).
+    _held: ClassVar[tuple[type[Message], ...]] = ()
+
+    def __init__(
+        self,
+        ident: int,
+        addr: bytes,
+        rng: random.Random,
+        cfg: Any,
+        proximity: Proximity | None,
+        app: Application | None,
+        stats: NodeStats,
+    ) -> None:
+        self.cfg = cfg
+        self.space: IdSpace = cfg.space
+        self.space.check(ident)
+        if not isinstance(addr, bytes) or not 0 < len(addr) <= 64:
+            raise LocalProtocolError(f"address must be 1-64 bytes, got {addr!r}")
+        if not isinstance(rng, random.Random):
+            raise LocalProtocolError("rng must be a seeded random.Random")
+        self.me = Peer.make(self.space, ident, addr)
+        self.rng = rng
+        self.proximity: Proximity = proximity or _no_proximity
+        self.app = app or Application()
+        self.state = State.IDLE
+        self.stats = stats
+        self._out: list[tuple[bytes, Message]] = []
+        self._timers: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self._pending: dict[int, Pending] = {}
+        #: Entered an existing overlay through the join protocol (rather than starting one or
+        #: being bootstrapped with the whole membership): its keys are still being handed over.
+        self.by_join = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.space.hexid(self.me.id)[:8]}…, {self.state.value})"
+
+    @property
+    def id(self) -> int:
+        return self.me.id
+
+    # ------------------------------------------------------------------------------- outputs
+
+    def take_messages(self) -> list[tuple[bytes, Message]]:
+        """Messages to send, as (destination address, message); the list is handed over."""
+        out = self._out
+        self._out = []
+        return out
+
+    # -------------------------------------------------------------------------------- inputs
+
+    def receive_frame(self, frame: bytes, src: bytes, now: float) -> None:
+        """Raw bytes from the network: decode strictly, drop (and count) anything bad."""
+        try:
+            msg = codec().decode(frame)
+        except WireError as exc:
+            self.stats.malformed += 1
+            log.debug("%r: dropped malformed frame from %r: %s", self, src, exc)
+            return
+        self.receive(msg, src, now)
+
+    def receive(self, msg: Message, src: bytes, now: float) -> None:
+        if self.state is State.LEFT or self.state is State.IDLE:
+            self.stats.drop("not running")
+            return
+        handler = self._handlers.get(type(msg))
+        if handler is None:
+            # Not a DHT message: a driver that shares a port with other layers routes those.
+            self.stats.drop("not a dht message")
+            return
+        if self.state is State.JOINING and type(msg) in self._held:
+            self._hold(msg, src)
+            return
+        try:
+            handler(self, msg, src, now)
+        except RemoteProtocolError as exc:
+            self.stats.malformed += 1
+            log.debug("%r: dropped bad %s from %r: %s", self, type(msg).__name__, src, exc)
+
+    def _hold(self, msg: Message, src: bytes) -> None:
+        raise NotImplementedError
+
+    # --------------------------------------------- the common API, implemented by each DHT
+
+    def get_timer(self) -> float | None:
+        """The earliest deadline at which ``handle_timer`` must be called, if any."""
+        raise NotImplementedError
+
+    def handle_timer(self, now: float) -> None:
+        raise NotImplementedError
+
+    def start_alone(self, now: float) -> None:
+        """Become the first node of a new overlay."""
+        raise NotImplementedError
+
+    def join(self, contact: bytes, now: float) -> None:
+        """Join the overlay that the node at address ``contact`` belongs to."""
+        raise NotImplementedError
+
+    def route(self, key: int, payload: bytes, now: float) -> int:
+        """Route ``payload`` to the root of ``key`` (``deliver`` upcall there); its uid."""
+        raise NotImplementedError
+
+    def leave(self, now: float) -> None:
+        """Depart gracefully."""
+        raise NotImplementedError
+
+    def next_hop(self, key: int) -> Peer | None:
+        """Where this node would send a message for ``key`` (None: it is the root itself)."""
+        raise NotImplementedError
+
+    def replica_set(self, key: int, k: int) -> list[Peer]:
+        """Up to ``k`` nodes closest to ``key`` (in this DHT's metric), the root first."""
+        raise NotImplementedError
+
+    def neighbours(self) -> list[Peer]:
+        """The nodes nearest this one (Pastry: the leaf set; Kademlia: the siblings)."""
+        raise NotImplementedError
+
+    def known_peers(self) -> list[Peer]:
+        raise NotImplementedError
+
+    def send_direct(self, peer: Peer, payload: bytes, now: float) -> None:
+        """Send ``payload`` straight to ``peer``'s address (no routing, no ack)."""
+        self._out.append((peer.addr, Direct(self.me.handle, payload)))
+
+    # -------------------------------------------------------------------- routed hops, acked
+
+    def _send_route(
+        self, msg: Route | JoinRequest, key: int, nh: Peer, now: float, reroutes: int
+    ) -> None:
+        """Forward a routed message to ``nh``, expecting its ``HopAck``."""
+        self._out.append((nh.addr, msg))
+        self.stats.forwarded += 1
+        if self.cfg.hop_acks:
+            deadline = (
+                now + self.cfg.ack_floor_s + self.cfg.ack_rtt_factor * (self.proximity(nh) / 1000.0)
+            )
+            self._pending[msg.uid] = Pending(msg, key, nh, deadline, reroutes)
+            self._push_timer(deadline, T_ACK, msg.uid)
+
+    def _on_route(self, msg: Route, src: bytes, now: float) -> None:
+        key = self.space.from_bytes(msg.key)
+        # Validate everything from the wire now: a re-route after an ack timeout must not be
+        # the first to find the origin malformed.
+        if len(msg.origin.id) != self.space.nbytes:
+            raise RemoteProtocolError(f"origin id of {len(msg.origin.id)} bytes")
+        if self.cfg.hop_acks:
+            self._out.append((src, HopAck(msg.uid)))
+        if self.state is not State.READY:
+            self.stats.drop("route before ready")
+            return
+        self._advance(msg, key, now, 0)
+
+    def _advance(self, msg: Route, key: int, now: float, reroutes: int) -> None:
+        raise NotImplementedError
+
+    def _on_hop_ack(self, msg: HopAck, src: bytes, now: float) -> None:
+        p = self._pending.get(msg.uid)
+        if p is not None and p.next_hop.addr == src:
+            del self._pending[msg.uid]
+
+    def _on_direct(self, msg: Direct, src: bytes, now: float) -> None:
+        self.app.receive_direct(msg.payload, Peer.from_handle(self.space, msg.sender), now)
+
+    # -------------------------------------------------------------------------------- helpers
+
+    def _push_timer(self, deadline: float, kind: int, arg: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._timers, (deadline, self._seq, kind, arg))
+
+    def _require(self, state: State, what: str) -> None:
+        if self.state is not state:
+            raise LocalProtocolError(
+                f"{what}() needs state {state.value}, node is {self.state.value}"
+            )
+
+
+def _no_proximity(peer: Peer) -> float:
+    return 0.0
+
+
+__all__ = ["T_ACK", "Application", "DhtCore", "NodeStats", "Pending", "Proximity", "State"]
