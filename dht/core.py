@@ -94,6 +94,8 @@ T_ACK = 0
 
 class DhtCore:
     __slots__ = (
+        "_join_attempts",
+        "_join_contact",
         "_out",
         "_pending",
         "_seq",
@@ -140,6 +142,8 @@ class DhtCore:
         self._timers: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self._pending: dict[int, Pending] = {}
+        self._join_contact = b""
+        self._join_attempts = 0
         #: Entered an existing overlay through the join protocol (rather than starting one or
         #: being bootstrapped with the whole membership): its keys are still being handed over.
         self.by_join = False
@@ -203,10 +207,34 @@ class DhtCore:
 
     def start_alone(self, now: float) -> None:
         """Become the first node of a new overlay."""
-        raise NotImplementedError
+        self._require(State.IDLE, "start_alone")
+        self._become_ready(now)
 
     def join(self, contact: bytes, now: float) -> None:
         """Join the overlay that the node at address ``contact`` belongs to."""
+        self._require(State.IDLE, "join")
+        if contact == self.me.addr:
+            raise LocalProtocolError("cannot join through ourselves; use start_alone")
+        self.state = State.JOINING
+        self.by_join = True
+        self._join_contact = contact
+        self._join_attempts = 0
+        self._send_join(now)
+
+    def _send_join(self, now: float) -> None:
+        """One join attempt (and its timeout, ``_on_join_timeout``)."""
+        raise NotImplementedError
+
+    def _on_join_timeout(self, now: float) -> None:
+        if self.state is not State.JOINING:
+            return
+        if self._join_attempts >= self.cfg.join_attempts:
+            self.state = State.FAILED
+            log.warning("%r: join through %r gave up", self, self._join_contact)
+            return
+        self._send_join(now)
+
+    def _become_ready(self, now: float) -> None:
         raise NotImplementedError
 
     def route(self, key: int, payload: bytes, now: float) -> int:

@@ -294,8 +294,6 @@ class KademliaNode(DhtCore):
     __slots__ = (
         "_dead",
         "_early",
-        "_join_attempts",
-        "_join_contact",
         "_last_heard",
         "_lookups",
         "_repair_again",
@@ -320,8 +318,6 @@ class KademliaNode(DhtCore):
         self._siblings: list[Peer] = []
         self._last_heard: dict[int, float] = {}
         self._dead: dict[int, float] = {}
-        self._join_contact = b""
-        self._join_attempts = 0
         self._repair_again = False
         self._early: list[tuple[Message, bytes]] = []
 
@@ -364,21 +360,6 @@ class KademliaNode(DhtCore):
                 log.debug("%r: dropped bad state from the network: %s", self, exc)
 
     # ----------------------------------------------------------------------------- API calls
-
-    def start_alone(self, now: float) -> None:
-        self._require(State.IDLE, "start_alone")
-        self._become_ready(now)
-
-    def join(self, contact: bytes, now: float) -> None:
-        """Join the network of the node at address ``contact``: look up our own id there."""
-        self._require(State.IDLE, "join")
-        if contact == self.me.addr:
-            raise LocalProtocolError("cannot join through ourselves; use start_alone")
-        self.state = State.JOINING
-        self.by_join = True
-        self._join_contact = contact
-        self._join_attempts = 0
-        self._send_join(now)
 
     def install_state(self, contacts: Iterable[Peer], now: float) -> None:
         """Take buckets computed from the whole membership (the simulator's oracle bootstrap)."""
@@ -618,15 +599,6 @@ class KademliaNode(DhtCore):
         target = self.space.to_bytes(self.me.id)
         self._out.append((self._join_contact, FindNode(lk.lid, self.me.handle, target)))
         self._push_timer(now + self.cfg.join_timeout_s, _T_JOIN, lk.lid)
-
-    def _on_join_timeout(self, now: float) -> None:
-        if self.state is not State.JOINING:
-            return
-        if self._join_attempts >= self.cfg.join_attempts:
-            self.state = State.FAILED
-            log.warning("%r: join through %r gave up", self, self._join_contact)
-            return
-        self._send_join(now)
 
     def _hold(self, msg: Message, src: bytes) -> None:
         """A joiner is known to the nodes it has queried before its own lookup ends, and they

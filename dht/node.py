@@ -103,8 +103,6 @@ class PastryNode(DhtCore):
     __slots__ = (
         "_announced",
         "_dead",
-        "_join_attempts",
-        "_join_contact",
         "_last_heard",
         "_probing",
         "_rounds",
@@ -129,8 +127,6 @@ class PastryNode(DhtCore):
         self._last_heard: dict[int, float] = {}
         self._dead: dict[int, float] = {}
         self._announced: set[int] = set()
-        self._join_contact = b""
-        self._join_attempts = 0
         self._rounds = 0
         #: Would-be neighbours learnt second-hand and pinged, not yet heard from.
         self._probing: dict[int, float] = {}
@@ -170,22 +166,6 @@ class PastryNode(DhtCore):
                 log.debug("%r: dropped bad state from the network: %s", self, exc)
 
     # ----------------------------------------------------------------------------- API calls
-
-    def start_alone(self, now: float) -> None:
-        """Become the first node of a new overlay."""
-        self._require(State.IDLE, "start_alone")
-        self._become_ready(now)
-
-    def join(self, contact: bytes, now: float) -> None:
-        """Join the overlay that the node at address ``contact`` belongs to."""
-        self._require(State.IDLE, "join")
-        if contact == self.me.addr:
-            raise LocalProtocolError("cannot join through ourselves; use start_alone")
-        self.state = State.JOINING
-        self.by_join = True
-        self._join_contact = contact
-        self._join_attempts = 0
-        self._send_join(now)
 
     def install_state(
         self, left: list[Peer], right: list[Peer], rows: list[list[Peer | None]], now: float
@@ -344,15 +324,6 @@ class PastryNode(DhtCore):
         join = JoinRequest(self.me.handle, -1, 0, self.rng.getrandbits(63))
         self._out.append((self._join_contact, join))
         self._push_timer(now + self.cfg.join_timeout_s, _T_JOIN, None)
-
-    def _on_join_timeout(self, now: float) -> None:
-        if self.state is not State.JOINING:
-            return
-        if self._join_attempts >= self.cfg.join_attempts:
-            self.state = State.FAILED
-            log.warning("%r: join through %r gave up", self, self._join_contact)
-            return
-        self._send_join(now)
 
     def _on_join_request(self, msg: JoinRequest, src: bytes, now: float) -> None:
         if self.state is not State.READY:
