@@ -127,8 +127,8 @@ class Contact(Node):
 
 class _Bucket(KBucket):
     def touch_last_updated(self) -> None:
-        # The package stamps buckets with time.monotonic(); a core reads no clock, and bucket
-        # refreshes here are driven by lookups, not by these stamps.
+        # The package stamps each bucket with the system clock when it is used; a core reads
+        # no clock, and bucket refreshes here are driven by lookups, not by these stamps.
         self.last_updated = 0.0
 
 
