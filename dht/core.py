@@ -88,6 +88,9 @@ class Pending:
         self.reroutes = reroutes
 
 
+#: The DHT substrates, by the name the command lines and configurations use.
+DHTS = ("pastry", "kademlia")
+
 #: Timer kind of a hop ack's deadline (each core numbers its other timers from 1).
 T_ACK = 0
 
@@ -320,4 +323,4 @@ def _no_proximity(peer: Peer) -> float:
     return 0.0
 
 
-__all__ = ["T_ACK", "Application", "DhtCore", "NodeStats", "Pending", "Proximity", "State"]
+__all__ = ["DHTS", "T_ACK", "Application", "DhtCore", "NodeStats", "Pending", "Proximity", "State"]

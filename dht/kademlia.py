@@ -151,9 +151,6 @@ class BucketTable:
     def index(self, ident: int) -> int:
         return self.bits - (ident ^ self.own).bit_length()
 
-    def __len__(self) -> int:
-        return sum(len(b) for b in self.buckets.values())
-
     def __contains__(self, ident: int) -> bool:
         b = self.buckets.get(self.index(ident))
         return b is not None and self.space.to_bytes(ident) in b.nodes
@@ -190,9 +187,11 @@ class BucketTable:
         if b is None:
             return False
         node_id = self.space.to_bytes(ident)
+        stored = b.nodes.get(node_id) or b.replacement_nodes.get(node_id)
+        if stored is None:
+            return False
         had = node_id in b.nodes
-        if had or node_id in b.replacement_nodes:
-            b.remove_node(_Key(node_id))
+        b.remove_node(stored)
         return had
 
     def peers(self) -> Iterable[Peer]:
@@ -236,13 +235,12 @@ class BucketTable:
         x = key ^ self.own
         if not x:
             return None
-        b = buckets.get(self.bits - x.bit_length())
-        best: Contact | None = None
+        i = self.bits - x.bit_length()
+        b = buckets.get(i)
         if b is not None and b.nodes:
             # Every member matches the key on the bit where we differ from it: all are closer.
-            best = min(b.nodes.values(), key=lambda c: c.long_id ^ key)
-            return best.peer
-        i = self.bits - x.bit_length()
+            return min(b.nodes.values(), key=lambda c: c.long_id ^ key).peer
+        best: Contact | None = None
         best_d = x
         for j, b in buckets.items():
             if j > i:
@@ -251,15 +249,6 @@ class BucketTable:
                     if d < best_d:
                         best_d, best = d, c
         return best.peer if best is not None else None
-
-
-class _Key:
-    """A stand-in with only ``id``, enough for ``KBucket.remove_node``."""
-
-    __slots__ = ("id",)
-
-    def __init__(self, node_id: bytes) -> None:
-        self.id = node_id
 
 
 _ROUTE, _JOIN, _REFRESH = 0, 1, 2
@@ -288,6 +277,12 @@ class _Target(Node):
         self.ip = None
         self.port = None
         self.long_id = long_id
+
+
+def expected_siblings(ids: Iterable[int], own: int, n: int) -> list[int]:
+    """The ``n`` ids XOR-closest to ``own`` (itself excluded): the sibling list a node with the
+    whole membership in view has; the checks of converged state compare against it."""
+    return sorted((x for x in ids if x != own), key=lambda x: x ^ own)[:n]
 
 
 class KademliaNode(DhtCore):
@@ -426,6 +421,7 @@ class KademliaNode(DhtCore):
 
     def _start_lookup(self, lid: int, key: int, purpose: int) -> _Lookup:
         lk = _Lookup(lid, key, self.space, self.cfg.k, purpose)
+        lk.depth[self.me.handle.id] = -1  # answers that name us are not candidates
         heap = lk.heap.heap
         for p in self.table.closest(key, self.cfg.k):
             lk.depth[p.handle.id] = 0
@@ -451,16 +447,14 @@ class KademliaNode(DhtCore):
     def _step(self, lk: _Lookup, now: float) -> None:
         """Query more of the closest candidates, or finish the lookup."""
         alpha = self.cfg.alpha
-        best: Contact | None = None
-        for c in lk.heap:
-            best = c
-            break
+        top: list[Contact] = list(lk.heap)  # the k closest candidates, closest first
+        best = top[0] if top else None
         if lk.purpose == _ROUTE and best is not None and best.long_id in lk.responded:
             self._finish(lk, best.peer, now)
             return
         if len(lk.inflight) < alpha:
             contacted = lk.heap.contacted
-            for c in lk.heap:
+            for c in top:
                 if c.id in contacted:
                     continue
                 self._query(lk, c.peer, now)
@@ -533,7 +527,6 @@ class KademliaNode(DhtCore):
         depth = seen.get(sender.handle.id, 0) + 1
         space, dead, key = self.space, self._dead, lk.key
         heap = lk.heap.heap
-        seen.setdefault(self.me.handle.id, -1)
         for h in msg.nodes[: self.cfg.k]:
             if h.id in seen:
                 continue
@@ -593,6 +586,7 @@ class KademliaNode(DhtCore):
     def _send_join(self, now: float) -> None:
         self._join_attempts += 1
         lk = _Lookup(self.rng.getrandbits(63), self.me.id, self.space, self.cfg.k, _JOIN)
+        lk.depth[self.me.handle.id] = -1
         lk.inflight[-1] = math.inf  # the contact, whose id we learn from its answer
         self._lookups[lk.lid] = lk
         self.stats.lookups += 1
@@ -730,6 +724,13 @@ KademliaNode._handlers = {
     Leave: KademliaNode._on_leave,
 }
 
-__all__ = ["LOOKUP_MODES", "BucketTable", "Contact", "KademliaConfig", "KademliaNode"]
+__all__ = [
+    "LOOKUP_MODES",
+    "BucketTable",
+    "Contact",
+    "KademliaConfig",
+    "KademliaNode",
+    "expected_siblings",
+]
 #: Messages for the application that reach a joiner before its lookup ends (held, then handled).
 KademliaNode._held = (Route, Direct)

@@ -297,18 +297,7 @@ def add_runtime_parsers(top: Any) -> None:
         help="state directory: the peer's key pair (hence its id) and whom it knew",
     )
     start.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
-    start.add_argument(
-        "--dht",
-        choices=("pastry", "kademlia"),
-        help="the DHT under the overlay (default: the one saved in --state, else pastry); "
-        "every peer of a swarm must use the same",
-    )
-    start.add_argument(
-        "--lookup",
-        choices=("iterative", "recursive"),
-        default="iterative",
-        help="Kademlia routing: iterative lookups from the origin, or hop by hop",
-    )
+    swarm.add_dht_arguments(start, dht_default=None)
     start.add_argument(
         "--capacity", type=int, default=100, help="subscriptions a tree leaf holds before it splits"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import trio
 
+from dht.kademlia import expected_siblings
 from pubsub.schema import SchemaRegistry, builtin_schemas
 from runtime.identity import Identity
 from runtime.peer import PeerConfig, PeerRuntime
@@ -26,7 +27,7 @@ def leaf_sets_converged(peers: list[PeerRuntime]) -> bool:
         s = live[0].cfg.kademlia.siblings
         for p in live:
             own = p.identity.int_id
-            want = sorted((x for x in ids if x != own), key=lambda x: x ^ own)[:s]
+            want = expected_siblings(ids, own, s)
             if [q.id for q in p.dht.neighbours()] != want:
                 return False
         return True

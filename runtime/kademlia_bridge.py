@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Coroutine
 from typing import Any
 
@@ -51,8 +50,7 @@ class BoundedStorage(ForgetfulStorage):
     """The package's storage (values expire after a week) with a cap on value size and count."""
 
     def __init__(self, ttl: int = 604800, max_items: int = MAX_STORED) -> None:
-        super().__init__(ttl)
-        self.data: OrderedDict[bytes, Any] = OrderedDict()
+        super().__init__(ttl)  # keeps ``data`` in insertion order: the oldest goes first
         self.max_items = max_items
         self.refused = 0
 
@@ -150,16 +148,6 @@ class KademliaService:
     async def fetch(self, key: str | bytes) -> Value | None:
         """The value stored under ``key``, from here or from the network (None: not found)."""
         return await self._call(self._server.get(key))
-
-    async def bootstrap(self, addrs: list[tuple[str, int]]) -> None:
-        await self._call(self._server.bootstrap(addrs))
-
-    async def contacts(self) -> list[tuple[str, int]]:
-        async def read() -> list[tuple[str, int]]:
-            router = self._server.protocol.router
-            return [(n.ip, n.port) for b in router.buckets for n in b.get_nodes()]
-
-        return await self._call(read())
 
     @property
     def malformed(self) -> int:

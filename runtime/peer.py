@@ -45,6 +45,7 @@ from typing import Any
 
 import trio
 
+from dht.core import DHTS
 from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
 from dht.kademlia import KademliaConfig, KademliaNode
 from dht.node import PastryConfig, PastryNode, State
@@ -83,7 +84,6 @@ log = logging.getLogger("rangecast.peer")
 #: deadline declares the next hop dead for ``dead_ttl_s``, so the floor is generous.
 RUNTIME_PASTRY = PastryConfig(ack_floor_s=2.0, ack_rtt_factor=4.0)
 RUNTIME_KADEMLIA = KademliaConfig(ack_floor_s=2.0, ack_rtt_factor=4.0)
-DHTS = ("pastry", "kademlia")
 
 
 @dataclass(frozen=True, slots=True)

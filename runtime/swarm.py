@@ -24,7 +24,9 @@ from typing import Any
 
 import trio
 
+from dht.core import DHTS
 from dht.errors import LocalProtocolError
+from dht.kademlia import LOOKUP_MODES
 from runtime.identity import PeerAddress
 
 SWARM_FILE = "swarm.json"
@@ -327,6 +329,24 @@ def peer_address(entry: dict[str, Any]) -> PeerAddress | None:
     return PeerAddress(bytes.fromhex(entry["id"]), host, int(port))
 
 
+def add_dht_arguments(parser: argparse.ArgumentParser, *, dht_default: str | None) -> None:
+    """``--dht`` and ``--lookup`` of ``peer start`` and ``swarm up``."""
+    parser.add_argument(
+        "--dht",
+        choices=DHTS,
+        default=dht_default,
+        help="the DHT under the overlay"
+        + ("" if dht_default else " (default: the one saved in --state, else pastry)")
+        + "; every peer of a swarm must use the same",
+    )
+    parser.add_argument(
+        "--lookup",
+        choices=LOOKUP_MODES,
+        default="iterative",
+        help="Kademlia routing: iterative lookups from the origin, or hop by hop",
+    )
+
+
 def add_swarm_parser(top: Any) -> None:
     swarm = top.add_parser("swarm", help="a local swarm of peers as background processes")
     acts = swarm.add_subparsers(dest="swarm_command", required=True, metavar="ACTION")
@@ -340,18 +360,7 @@ def add_swarm_parser(top: Any) -> None:
     up.add_argument("--base-port", type=int, default=7400, help="peer i listens on base-port + i")
     up.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
     up.add_argument("--capacity", type=int, default=100, help="leaf capacity before a split")
-    up.add_argument(
-        "--dht",
-        choices=("pastry", "kademlia"),
-        default="pastry",
-        help="the DHT under the overlay, for every peer",
-    )
-    up.add_argument(
-        "--lookup",
-        choices=("iterative", "recursive"),
-        default="iterative",
-        help="Kademlia routing: iterative lookups from the origin, or hop by hop",
-    )
+    add_dht_arguments(up, dht_default="pastry")
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the joins")
     up.add_argument("--quiet", action="store_true", help="no progress on stderr")
     up.set_defaults(func=_up)

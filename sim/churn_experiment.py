@@ -31,7 +31,7 @@ from pubsub.schema import THESIS_SCHEMA, SchemaRegistry
 from pubsub.subscription import Subscription
 from sim.engine import Simulator, print_progress
 from sim.latency import latency_model
-from sim.overlay import PastryOverlay, dht_config
+from sim.overlay import PastryOverlay, dht_config, dht_fields
 from sim.streams import stream
 from sim.thesis_experiment import Oracle
 from sim.workload import THESIS_WORKLOAD, Workload
@@ -288,8 +288,7 @@ def run_churn(params: ChurnParams, progress: Callable[[str], None] | None = None
         "pieces_in_lost_sets": pieces_in_dead_sets,
         "overlay": totals,
         "seed": seed,
-        "dht": params.dht,
-        "lookup": params.lookup if params.dht == "kademlia" else None,
+        **dht_fields(params.dht, params.lookup),
         "latency_model": model.describe(),
         "sim_messages": sim.stats.messages,
         "sim_time_s": sim.now,
@@ -487,8 +486,7 @@ def run_continuous(
         "repair_bytes": repl[1],
         "overlay": totals,
         "seed": seed,
-        "dht": params.dht,
-        "lookup": params.lookup if params.dht == "kademlia" else None,
+        **dht_fields(params.dht, params.lookup),
         "latency_model": model.describe(),
         "sim_messages": sim.stats.messages,
         "sim_time_s": sim.now,

@@ -168,15 +168,18 @@ def _print_thesis_summary(r: dict[str, Any]) -> None:
 
 
 def _add_dht(parser: argparse.ArgumentParser) -> None:
+    from dht.core import DHTS
+    from dht.kademlia import LOOKUP_MODES
+
     parser.add_argument(
         "--dht",
-        choices=("pastry", "kademlia"),
+        choices=DHTS,
         default="pastry",
         help="the DHT under the overlay (docs/kademlia.md compares the two)",
     )
     parser.add_argument(
         "--lookup",
-        choices=("iterative", "recursive"),
+        choices=LOOKUP_MODES,
         default="iterative",
         help="Kademlia only: iterative lookups from the origin (alpha queries in flight), or "
         "hop-by-hop forwarding to the XOR-closest contact",

@@ -19,9 +19,10 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dht.core import DHTS
 from dht.errors import LocalProtocolError
 from dht.ids import IdSpace
-from dht.kademlia import KademliaConfig, KademliaNode
+from dht.kademlia import KademliaConfig, KademliaNode, expected_siblings
 from dht.node import Application, PastryConfig, PastryNode, State
 from dht.routing import Peer
 from sim.engine import Core, Simulator
@@ -45,7 +46,6 @@ class _RttTo:
 
 
 Substrate = PastryNode | KademliaNode
-DHTS = ("pastry", "kademlia")
 
 
 def dht_config(
@@ -61,6 +61,11 @@ def dht_config(
     if lookup != "iterative":
         raise LocalProtocolError("--lookup applies to --dht kademlia only")
     return PastryConfig(**off)
+
+
+def dht_fields(dht: str, lookup: str) -> dict[str, str | None]:
+    """How a run's JSON names its substrate (``lookup`` only means something on Kademlia)."""
+    return {"dht": dht, "lookup": lookup if dht == "kademlia" else None}
 
 
 class PastryOverlay:
@@ -304,7 +309,7 @@ class PastryOverlay:
             bad = []
             for i in live:
                 own = self.peers[i].id
-                want = sorted((x for x in ids if x != own), key=lambda x: x ^ own)[:n]
+                want = expected_siblings(ids, own, n)
                 if [p.id for p in self.nodes[i].neighbours()] != want:
                     bad.append(i)
             return bad

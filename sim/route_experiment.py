@@ -24,7 +24,7 @@ from dht.routing import Peer
 from sim import runlog
 from sim.engine import Simulator, print_progress
 from sim.latency import latency_model
-from sim.overlay import PastryOverlay, dht_config
+from sim.overlay import PastryOverlay, dht_config, dht_fields
 from sim.percentiles import percentile
 from sim.streams import stream
 
@@ -192,8 +192,7 @@ def run_route(
         "sim_messages_per_s": sim_messages / wall if wall > 0 else 0.0,
         "wall_phases_s": phases,
         "seed": params.seed,
-        "dht": params.dht,
-        "lookup": params.lookup if params.dht == "kademlia" else None,
+        **dht_fields(params.dht, params.lookup),
         "bootstrap": params.bootstrap,
         "latency_model": model.describe(),
         "failed_nodes": len(failed),

@@ -47,7 +47,7 @@ from pubsub.subscription import Subscription
 from sim import runlog
 from sim.engine import Simulator, print_progress
 from sim.latency import latency_model
-from sim.overlay import PastryOverlay, dht_config
+from sim.overlay import PastryOverlay, dht_config, dht_fields
 from sim.percentiles import percentile
 from sim.streams import stream
 from sim.workload import THESIS_WORKLOAD, CsvEvents, Workload, default_params
@@ -209,15 +209,9 @@ class _Collector:
 
 def _dht_totals(nodes: Sequence[Any]) -> dict[str, int]:
     """What the substrate did, summed over the nodes (Kademlia adds its lookup counters)."""
-    out: dict[str, int] = {}
-    for n in nodes:
-        st = n.stats
-        for name in ("delivered", "forwarded", "reroutes", "dropped", "lookups", "queries"):
-            if hasattr(st, name):
-                out[name] = out.get(name, 0) + getattr(st, name)
-        if hasattr(st, "lookup_rounds"):
-            out["lookup_rounds"] = out.get("lookup_rounds", 0) + st.lookup_rounds
-    return out
+    names = ("delivered", "forwarded", "reroutes", "dropped", "lookups", "queries", "lookup_rounds")
+    present = [k for k in names if hasattr(nodes[0].stats, k)] if nodes else []
+    return {k: sum(getattr(n.stats, k) for n in nodes) for k in present}
 
 
 def run_thesis(
@@ -426,8 +420,7 @@ def run_thesis(
         "tree": {"leaves": leaves, "internal": internal, "max_depth": max_depth},
         "overlay": totals,
         "seed": seed,
-        "dht": params.dht,
-        "lookup": params.lookup if params.dht == "kademlia" else None,
+        **dht_fields(params.dht, params.lookup),
         "dht_totals": _dht_totals(net.nodes),
         "lb": params.lb,
         "partial": params.partial,
