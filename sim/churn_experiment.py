@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from dht.errors import LocalProtocolError
@@ -29,9 +30,12 @@ from pubsub.node import EventDelivered, OverlayConfig, SubscriptionInstalled
 from pubsub.peer import OverlayPeer
 from pubsub.schema import THESIS_SCHEMA, SchemaRegistry
 from pubsub.subscription import Subscription
-from sim.engine import Simulator, print_progress
+from sim import runlog
+from sim.engine import Simulator
 from sim.latency import latency_model
+from sim.options import require_finite
 from sim.overlay import PastryOverlay, dht_config, dht_fields
+from sim.progress import Progress, as_progress
 from sim.streams import stream
 from sim.thesis_experiment import Oracle
 from sim.workload import THESIS_WORKLOAD, Workload
@@ -82,6 +86,19 @@ class ChurnParams:
 
     def check(self) -> None:
         dht_config(self.dht, lookup=self.lookup)
+        require_finite(
+            {
+                "--fail-fraction": self.fail_fraction,
+                "--subs-per-node": self.subs_per_node,
+                "--repair-s": self.repair_s,
+                "--session-median": self.session_median_s,
+                "--duration-s": self.duration_s,
+                "settle_s": self.settle_s,
+                "sub_gap_ms": self.sub_gap_ms,
+                "pub_gap_ms": self.pub_gap_ms,
+                "churn_pub_gap_ms": self.churn_pub_gap_ms,
+            }
+        )
         if self.nodes < 2:
             raise LocalProtocolError("--nodes must be >= 2")
         if not 0.0 <= self.fail_fraction < 1.0:
@@ -130,14 +147,12 @@ def _kinds(sim: Simulator, kinds: tuple[str, ...]) -> tuple[int, int]:
     return msgs, byts
 
 
-def _overlay(params: ChurnParams, show: bool) -> tuple[Simulator, PastryOverlay, Any]:
+def _overlay(params: ChurnParams, say: Progress) -> tuple[Simulator, PastryOverlay, Any]:
     """The simulator and an empty overlay of replicating peers with failure detection on."""
     seed = params.seed
     registry = SchemaRegistry((THESIS_SCHEMA,))
     model = latency_model(params.latency, seed)
-    sim = Simulator(
-        model, stream(seed, "network"), progress=print_progress("churn") if show else None
-    )
+    sim = Simulator(model, stream(seed, "network"), progress=say.engine_hook)
     cap_rng = stream(seed, "capacity")
     proto_rng = stream(seed, "overlay")
     overlay_cfg = replace(params.overlay, replicas=params.replicas)
@@ -150,16 +165,52 @@ def _overlay(params: ChurnParams, show: bool) -> tuple[Simulator, PastryOverlay,
     return sim, PastryOverlay(sim, seed, config=cfg, core_factory=make_core), model
 
 
-def run_churn(params: ChurnParams, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def _start_log(sim: Simulator, out_dir: Path | None) -> runlog.MessageLog | None:
+    if out_dir is None:
+        return None
+    log = runlog.MessageLog(out_dir / "messages.parquet")
+    sim.message_log = log.record
+    return log
+
+
+def _finish_log(
+    out_dir: Path | None,
+    log: runlog.MessageLog | None,
+    sim: Simulator,
+    params: ChurnParams,
+    result: dict[str, Any],
+    say: Progress,
+) -> None:
+    """The run log of a churn run: messages, nodes (``alive`` tells who crashed) and run.json
+    (docs/run-logs.md)."""
+    if out_dir is None or log is None:
+        return
+    say(f"writing the run log to {out_dir}")
+    log.close()
+    sim.message_log = None
+    runlog.write_nodes(out_dir, sim)
+    runlog.write_run(out_dir, "churn", {**asdict(params), "scenario": "churn"}, result)
+
+
+def run_churn(
+    params: ChurnParams,
+    progress: Callable[[str], None] | None = None,
+    out: Path | str | None = None,
+    *,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Run the experiment; with ``out``, also write its run log there (docs/run-logs.md)."""
     params.check()
+    out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
     if params.session_median_s is not None:
-        return run_continuous(params, progress)
+        return run_continuous(params, progress, out_dir)
     wall0 = time.perf_counter()
-    say = progress or (lambda _m: None)
+    say = as_progress(progress, "churn")
     seed = params.seed
     schema = THESIS_SCHEMA
     workload = Workload(schema, THESIS_WORKLOAD, stream(seed, "workload-layout"))
-    sim, net, model = _overlay(params, progress is not None)
+    sim, net, model = _overlay(params, say)
+    messages_log = _start_log(sim, out_dir)
     indices = net.create(params.nodes)
     net.oracle_bootstrap(indices)
     joiners = list(net.create(params.joins)) if params.joins else []
@@ -186,7 +237,9 @@ def run_churn(params: ChurnParams, progress: Callable[[str], None] | None = None
         who = sub_rng.randrange(params.nodes)
         sim.call_at(t, do_subscribe, who, workload.subscription(sub_rng))
     say(f"installing {n_subs:,} subscriptions")
+    say.phase("installing", n_subs, lambda: len(got.installed), "subs")
     sim.run(until=t + params.settle_s)
+    say.end()
     installed = sum(1 for o in owners if o in got.installed)
     install_msgs = _kinds(sim, REPLICA_KINDS)
 
@@ -199,8 +252,11 @@ def run_churn(params: ChurnParams, progress: Callable[[str], None] | None = None
     before_dht = _kinds(sim, DHT_REPAIR_KINDS)
     for i in sorted(crashed):
         sim.crash(i)
-    say(f"crashed {n_fail} peers at once; repairing for {params.repair_s:.0f} s")
+    say(f"crashed {n_fail} peers at once; repairing for {params.repair_s:.0f} simulated s")
+    t0 = sim.now
+    say.phase("repairing", params.repair_s, lambda: sim.now - t0, "sim s")
     sim.run(until=sim.now + params.repair_s)
+    say.end()
     live = [i for i in range(params.nodes) if i not in crashed]
 
     # ---- events
@@ -232,7 +288,9 @@ def run_churn(params: ChurnParams, progress: Callable[[str], None] | None = None
         f"publishing {params.events:,} events"
         + (f", {len(joiners)} peers joining" if joiners else "")
     )
+    say.phase("publishing", params.events, lambda: len(expected), "events")
     sim.run(until=t + 30.0)
+    say.end()
 
     # ---- the checks
     want_total = hit = false_pos = 0
@@ -261,7 +319,7 @@ def run_churn(params: ChurnParams, progress: Callable[[str], None] | None = None
         ):
             totals[k] = totals.get(k, 0) + getattr(st, k)
     wall = time.perf_counter() - wall0
-    return {
+    result = {
         "nodes": params.nodes,
         "replicas": params.replicas,
         "fail_fraction": params.fail_fraction,
@@ -294,6 +352,8 @@ def run_churn(params: ChurnParams, progress: Callable[[str], None] | None = None
         "sim_time_s": sim.now,
         "wall_s": wall,
     }
+    _finish_log(out_dir, messages_log, sim, params, result, say)
+    return result
 
 
 def _holders(peers: list[OverlayPeer]) -> dict[tuple[str, Any], list[int]]:
@@ -351,7 +411,9 @@ def _lost_subscriptions(
 
 
 def run_continuous(
-    params: ChurnParams, progress: Callable[[str], None] | None = None
+    params: ChurnParams,
+    progress: Callable[[str], None] | None = None,
+    out_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Continuous churn: sessions end in crashes, newcomers replace them (arrivals balance
     departures), events flow all along. A (subscription, event) pair is expected when the
@@ -359,12 +421,13 @@ def run_continuous(
     ``grace_s`` after the publication (long enough to receive it)."""
     assert params.session_median_s is not None
     wall0 = time.perf_counter()
-    say = progress or (lambda _m: None)
+    say = as_progress(progress, "churn")
     seed = params.seed
     grace_s = 30.0
     schema = THESIS_SCHEMA
     workload = Workload(schema, THESIS_WORKLOAD, stream(seed, "workload-layout"))
-    sim, net, model = _overlay(params, progress is not None)
+    sim, net, model = _overlay(params, say)
+    messages_log = _start_log(sim, out_dir)
     net.oracle_bootstrap(net.create(params.nodes))
     peers: list[OverlayPeer] = net.cores  # type: ignore[assignment]
     got = _Deliveries()
@@ -434,7 +497,9 @@ def run_continuous(
             break
         sim.call_at(t, publish)
     say(f"{params.duration_s:.0f} simulated seconds of churn and events")
+    say.phase("churn", params.duration_s + grace_s, lambda: sim.now - start, "sim s")
     sim.run(until=start + params.duration_s + grace_s)
+    say.end()
 
     # ---- expected pairs: installed before publication, subscriber alive through the grace
     index = {o: j for j, o in enumerate(owners)}
@@ -465,7 +530,7 @@ def run_continuous(
             totals[k] = totals.get(k, 0) + getattr(st, k)
     repl = _kinds(sim, REPLICA_KINDS)
     wall = time.perf_counter() - wall0
-    return {
+    result = {
         "nodes": params.nodes,
         "replicas": params.replicas,
         "session_median_s": params.session_median_s,
@@ -492,3 +557,5 @@ def run_continuous(
         "sim_time_s": sim.now,
         "wall_s": wall,
     }
+    _finish_log(out_dir, messages_log, sim, params, result, say)
+    return result

@@ -6,10 +6,15 @@ import argparse
 import json
 import os
 import sys
+import typing
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dht.errors import RangecastError
+from sim.options import missing_value, non_negative_float, positive_float
+
+if TYPE_CHECKING:
+    from sim.progress import Progress
 
 
 def _route(args: argparse.Namespace) -> int:
@@ -30,7 +35,7 @@ def _route(args: argparse.Namespace) -> int:
     )
     result = run_route(
         params,
-        progress=None if args.quiet else _stderr_progress("route"),
+        progress=_progress(args, "route"),
         out=args.out,
         force=args.force,
     )
@@ -51,6 +56,7 @@ def _thesis(args: argparse.Namespace) -> int:
         partial=args.partial,
         events_from=args.events_from,
         missing=args.missing,
+        columns=args.columns,
         latency=args.latency,
         dht=args.dht,
         lookup=args.lookup,
@@ -65,7 +71,7 @@ def _thesis(args: argparse.Namespace) -> int:
     )
     result = run_thesis(
         params,
-        progress=None if args.quiet else _stderr_progress("thesis"),
+        progress=_progress(args, "thesis"),
         out=args.out,
         force=args.force,
     )
@@ -91,7 +97,7 @@ def _churn(args: argparse.Namespace) -> int:
         dht=args.dht,
         lookup=args.lookup,
     )
-    result = run_churn(params, progress=None if args.quiet else _stderr_progress("churn"))
+    result = run_churn(params, progress=_progress(args, "churn"), out=args.out, force=args.force)
     _emit(result, args.json, _print_churn_summary)
     bad = result["subscriptions_lost"] + result["duplicates"] + result["false_positives"]
     return 0 if bad == 0 else 1
@@ -139,22 +145,46 @@ def _print_thesis_summary(r: dict[str, Any]) -> None:
         if r["missed"] == r["duplicates"] == r["false_positives"] == 0
         else "MISMATCH against the oracle"
     )
+    cmp = r.get("thesis_comparison", {"applies": True, "differences": []})
+
+    def thesis(text: str) -> str:
+        # The thesis' figures belong next to a run of the thesis' own setting only.
+        return f"   (thesis: {text})" if cmp["applies"] else ""
+
     lines = [
         f"Content-based pub/sub, thesis workload: {r['nodes']:,} nodes on {_dht_name(r)}, "
         f"{r['subscriptions']:,} subscriptions, {r['events']:,} events, seed {r['seed']}",
         f"  schema {r['schema']} ({r['partial']}), load balancing {'on' if r['lb'] else 'off'}, "
         f"latency model {lm['name']} (mean RTT {lm['mean_rtt_ms']:.0f} ms)",
+    ]
+    if "csv" in r:
+        c = r["csv"]
+        lines.append(
+            f"  events from        {c['path']}: {c['events']:,} events; columns used: "
+            + ", ".join(c["columns_used"])
+        )
+        if c["skipped_columns"]:
+            lines.append(
+                "  skipped columns    "
+                + "; ".join(f"{k['name']} ({k['reason']})" for k in c["skipped_columns"])
+            )
+        if c["renamed_columns"]:
+            lines.append(
+                "  renamed columns    "
+                + ", ".join(f"{k['column']!r} -> {k['attribute']}" for k in c["renamed_columns"])
+            )
+    lines += [
         f"  oracle             {r['expected_deliveries']:,} expected deliveries; "
         f"missed {r['missed']}, duplicates {r['duplicates']}, "
         f"false positives {r['false_positives']}: {verdict}",
         f"  install latency    mean {il['mean']:.0f} ms, p50 {il['p50']:.0f}, "
-        f"p90 {il['p90']:.0f}, p99 {il['p99']:.0f}   (thesis: mean 331 ms)",
+        f"p90 {il['p90']:.0f}, p99 {il['p99']:.0f}" + thesis("mean 331 ms"),
         f"  delivery latency   mean {dl['mean']:.0f} ms, p50 {dl['p50']:.0f}, "
-        f"p90 {dl['p90']:.0f}, max {dl['max']:.0f}   (thesis: mean 333 ms)",
+        f"p90 {dl['p90']:.0f}, max {dl['max']:.0f}" + thesis("mean 333 ms"),
         f"  install bandwidth  {r['install_bytes_per_sub_per_node_mean']:.2f} bytes per "
-        f"subscription per node   (thesis: 14.32)",
+        f"subscription per node" + thesis("14.32"),
         f"  publish bandwidth  mean {pb['mean']:.0f} B per event per node, p90 {pb['p90']:.0f}, "
-        f"max {pb['max']:.0f}   (thesis: mean 1.32 KB)",
+        f"max {pb['max']:.0f}" + thesis("mean 1.32 KB"),
         f"  probe bandwidth    mean {pr['mean']:.0f} B per event per node, "
         f"top-20 {pr['top20_mean']:.0f}, max {pr['max']:.0f}   ({r['probe']} probes)",
         f"  delivery bandwidth mean {dv['mean']:.0f} B per event per node, "
@@ -164,6 +194,8 @@ def _print_thesis_summary(r: dict[str, Any]) -> None:
         f"  simulated messages {r['sim_messages']:,}; wall {r['wall_s']:.1f} s "
         f"({r['sim_messages_per_s']:,.0f} messages/s)",
     ]
+    if not cmp["applies"]:
+        lines.append("  no thesis comparison: " + "; ".join(cmp["differences"]))
     print("\n".join(lines))
 
 
@@ -194,11 +226,12 @@ def _emit(result: dict[str, Any], as_json: bool, summary: Callable[[dict[str, An
         summary(result)
 
 
-def _stderr_progress(label: str) -> Callable[[str], None]:
-    def say(message: str) -> None:
-        print(f"[{label}] {message}", file=sys.stderr, flush=True)
+def _progress(args: argparse.Namespace, label: str) -> Progress | None:
+    """Progress on stderr: bars with an ETA on a terminal, a few plain notes otherwise, nothing
+    under ``--quiet`` (docs/simulator.md)."""
+    from sim.progress import Progress
 
-    return say
+    return None if args.quiet else Progress(label)
 
 
 def _dht_name(r: dict[str, Any]) -> str:
@@ -254,8 +287,44 @@ def _add_out(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default once: not when it is None or False (nothing to show), nor when
+    the help text already says what the default is ("(default: thesis)")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or "default" in text
+            or "%(default)" in text
+        ):
+            return text
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes in one line (the rule for every bad input), exit 2; ``--help`` has the
+    usage. Sub-commands inherit the class (argparse builds them with the parent's)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _same_help(parser: argparse.ArgumentParser) -> None:
+    """One help formatter for the whole command tree, sub-commands registered elsewhere (the
+    runtime's, the report's) included, so that no help says a default twice."""
+    parser.formatter_class = HelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _same_help(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rangecast",
         description="Content-based publish/subscribe over a Pastry-style DHT: simulator and tools.",
     )
@@ -282,11 +351,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="build routing state directly, or run the join protocol node by node",
     )
     route.add_argument(
-        "--fail", type=float, default=0.0, help="fraction of nodes to crash before the lookups"
+        "--fail",
+        type=non_negative_float,
+        default=0.0,
+        help="fraction of nodes to crash before the lookups",
     )
     route.add_argument(
         "--repair-s",
-        type=float,
+        type=non_negative_float,
         default=60.0,
         help="simulated seconds of failure detection and repair after crashing",
     )
@@ -295,11 +367,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     route.add_argument(
         "--lookup-rate",
-        type=float,
+        type=positive_float,
         default=10000.0,
         help="lookups injected per simulated second (Poisson)",
     )
-    route.add_argument("--loss", type=float, default=0.0, help="message loss probability")
+    route.add_argument(
+        "--loss", type=non_negative_float, default=0.0, help="message loss probability"
+    )
     _add_dht(route)
     _add_out(route)
     route.add_argument("--json", action="store_true", help="print one JSON object")
@@ -315,7 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     thesis.add_argument("--nodes", type=int, default=1000, help="overlay size")
     thesis.add_argument(
-        "--subs-per-node", type=float, default=5.0, help="subscriptions per node on average"
+        "--subs-per-node",
+        type=positive_float,
+        default=5.0,
+        help="subscriptions per node on average",
     )
     thesis.add_argument("--events", type=int, default=10_000, help="events to publish")
     thesis.add_argument("--seed", type=int, default=1, help="seed of every random stream")
@@ -336,7 +413,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CSV",
         help="publish the rows of a CSV file instead of generated events",
     )
-    thesis.add_argument("--missing", type=float, help="value marking an absent CSV cell")
+    thesis.add_argument(
+        "--missing",
+        type=missing_value,
+        metavar="VALUE",
+        help="a CSV cell marking an absent value: a number (-200) or a word (NA); empty cells "
+        "are always absent",
+    )
+    thesis.add_argument(
+        "--columns",
+        metavar="COL[=NAME],...",
+        help="publish only these CSV columns, in this order, optionally under another attribute "
+        "name ('temp C=temp,RH'); by default every numeric column, names made valid "
+        "('temp C' -> temp_C, '0' -> _0)",
+    )
     thesis.add_argument(
         "--latency",
         default="synthetic",
@@ -345,10 +435,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     thesis.add_argument("--min-level", type=int, default=3, help="RndRegionProbe min level")
     thesis.add_argument("--max-level", type=int, default=10, help="RndRegionProbe max level")
-    thesis.add_argument("--p", type=float, default=0.7, help="RndRegionProbe probability")
+    thesis.add_argument(
+        "--p", type=non_negative_float, default=0.7, help="RndRegionProbe probability"
+    )
     thesis.add_argument(
         "--cutoff",
-        type=float,
+        type=non_negative_float,
         default=0.1,
         help="load-balancing cut-off c as a fraction of each domain",
     )
@@ -379,36 +471,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     churn.add_argument("--nodes", type=int, default=2000, help="overlay size")
     churn.add_argument(
-        "--fail-fraction", type=float, default=0.2, help="fraction of peers that crash at once"
+        "--fail-fraction",
+        type=non_negative_float,
+        default=0.2,
+        help="fraction of peers that crash at once",
     )
     churn.add_argument(
         "--replicas", type=int, default=3, help="copies of every tree node (1: no replication)"
     )
     churn.add_argument("--seed", type=int, default=1, help="seed of every random stream")
     churn.add_argument(
-        "--subs-per-node", type=float, default=1.0, help="subscriptions per node on average"
+        "--subs-per-node",
+        type=positive_float,
+        default=1.0,
+        help="subscriptions per node on average",
     )
     churn.add_argument("--events", type=int, default=1000, help="events published after repair")
     churn.add_argument(
-        "--repair-s", type=float, default=60.0, help="simulated seconds of repair after the crash"
+        "--repair-s",
+        type=non_negative_float,
+        default=60.0,
+        help="simulated seconds of repair after the crash",
     )
     churn.add_argument(
         "--joins", type=int, default=0, help="peers that join while the events are published"
     )
     churn.add_argument(
         "--session-median",
-        type=float,
+        type=positive_float,
         metavar="SECONDS",
         help="continuous churn: sessions of this median end in crashes, newcomers replace them",
     )
     churn.add_argument(
         "--duration-s",
-        type=float,
+        type=positive_float,
         default=7200.0,
         help="continuous churn: simulated seconds of events",
     )
     churn.add_argument("--latency", default="synthetic", help="'synthetic', 'planetlab' or a path")
     _add_dht(churn)
+    _add_out(churn)
     churn.add_argument("--json", action="store_true", help="print one JSON object")
     churn.add_argument("--quiet", action="store_true", help="no progress on stderr")
     churn.set_defaults(func=_churn)
@@ -422,6 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     from runtime.cli import add_runtime_parsers
 
     add_runtime_parsers(top)
+    _same_help(parser)
     return parser
 
 
@@ -455,7 +558,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:  # a refused connection, a port in use: say so, no traceback
-        print(f"rangecast: error: {exc.strerror or exc}", file=sys.stderr)
+        # Name the file when the error has one ("/proc/x: No such file or directory").
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        print(f"rangecast: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
 
 

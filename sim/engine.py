@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 import math
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -105,7 +104,7 @@ class Simulator:
         *,
         loss: float = 0.0,
         progress: Callable[[Simulator], None] | None = None,
-        progress_every_s: float = 2.0,
+        progress_every_s: float = 0.5,
     ) -> None:
         if not 0.0 <= loss < 1.0:
             raise LocalProtocolError(f"loss must be in [0, 1), got {loss}")
@@ -323,18 +322,3 @@ class Simulator:
             self._armed[i] = t
             self._seq += 1
             heapq.heappush(self._q, (t, self._seq, _TIMER, i, None, None))
-
-
-def print_progress(label: str) -> Callable[[Simulator], None]:
-    """A progress reporter for long runs (stderr, so ``--json`` output stays clean)."""
-    start = time.monotonic()
-
-    def report(sim: Simulator) -> None:
-        wall = time.monotonic() - start
-        print(
-            f"[{label}] t={sim.now:9.1f}s sim  {sim.stats.events:>11,} events  {wall:6.1f}s wall",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    return report

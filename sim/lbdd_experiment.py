@@ -45,9 +45,11 @@ from multicast.lbdd import SOURCE, bucket_of, build_tree, check_views, digest, n
 from multicast.messages import MAX_SLICE_BYTES, MAX_SLICES, MODE_LBDD, MODE_LBDD_PAPER, MODE_STAR
 from multicast.topic import PublicationComplete, SliceDelivered, TopicConfig, TopicPeer
 from sim import runlog
-from sim.engine import PORT, Simulator, print_progress
+from sim.engine import PORT, Simulator
 from sim.latency import LatencyModel, latency_model
+from sim.options import non_negative_float, positive_float, require_finite
 from sim.overlay import PastryOverlay
+from sim.progress import Progress, as_progress
 from sim.streams import stream
 
 TOPIC = "lbdd"
@@ -71,6 +73,7 @@ class LbddParams:
     p2p: bool = True
 
     def check(self) -> None:
+        require_finite({"--uplink-mbps": self.uplink_mbps, "--churn": self.churn})
         if self.subscribers < 1:
             raise LocalProtocolError("--subscribers must be at least 1")
         if self.data_bytes < 0:
@@ -115,7 +118,7 @@ class _AddressedSimulator(Simulator):
 class _Net:
     """One simulated run: the overlay of topic peers and what their events said."""
 
-    def __init__(self, params: LbddParams, progress: bool) -> None:
+    def __init__(self, params: LbddParams, progress: Progress) -> None:
         self.params = params
         seed = params.seed
         self.model = latency_model(params.latency, seed)
@@ -123,7 +126,7 @@ class _Net:
             self.model,
             stream(seed, "network"),
             stream(seed, "addresses"),
-            progress=print_progress("lbdd") if progress else None,
+            progress=progress.engine_hook,
         )
         cfg = TopicConfig(slice_bytes=params.slice_bytes, send_budget_slices=params.window_slices)
         rng = stream(seed, "topic")
@@ -287,7 +290,7 @@ def _transfer(
     params: LbddParams,
     mode: int,
     churn: float,
-    say: Callable[[str], None],
+    say: Progress,
     ideal_s: float,
 ) -> dict[str, Any]:
     """Publish and run until every live subscriber has everything (or the time limit)."""
@@ -326,7 +329,15 @@ def _transfer(
             return False  # judge only after the crash
         return all(i in net.complete_at for i in net.live(net.subscribers))
 
+    # Slices received by the subscribers (the publisher's own row stays empty).
+    say.phase(
+        "transfer",
+        len(slices) * len(net.subscribers),
+        lambda: sum(len(g) - g.count(0) for g in net.got),
+        "slices",
+    )
     finished = net.run_until(done, limit, step=max(0.5, ideal_s / 50))
+    say.end()
     live = net.live(net.subscribers)
     times = [net.complete_at[i] - t0 for i in live if i in net.complete_at]
     once = all(all(c == 1 for c in net.got[i]) for i in live)
@@ -357,12 +368,12 @@ def run_lbdd(
     params.check()
     out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
     wall0 = time.perf_counter()
-    say = progress or (lambda _msg: None)
+    say = as_progress(progress, "lbdd")
     phases: dict[str, float] = {}
     n = params.subscribers
     mode = params.mode
 
-    net = _Net(params, progress is not None)
+    net = _Net(params, say)
     messages_log = runlog.MessageLog(out_dir / "messages.parquet") if out_dir else None
     if messages_log is not None:
         net.sim.message_log = messages_log.record
@@ -442,7 +453,8 @@ def run_lbdd(
                 result["received_only_from_parent"] = all(
                     snd == [views[i]] for i, snd in zip(live, lb["senders"], strict=True)
                 )
-            say(f"LBDD: last subscriber complete after {lb['time_s']}s")
+            done_s = "never" if lb["time_s"] is None else f"after {lb['time_s']:.1f} s"
+            say(f"LBDD: last subscriber complete {done_s}")
         if params.churn:
             if not params.data_bytes:
                 victims = sorted(
@@ -478,7 +490,7 @@ def run_lbdd(
             say("point-to-point baseline: same network, the publisher sends every copy")
             if messages_log is not None:
                 net.sim.message_log = None
-            p2p_net = _Net(params, progress is not None)
+            p2p_net = _Net(params, say)
             p2p_net.set_uplinks(params.uplink_mbps)
             p2p_net.join()
             if not p2p_net.run_until(lambda: p2p_net.settled() is not None, 120.0):
@@ -490,7 +502,8 @@ def run_lbdd(
             ok = ok and p2p["exactly_once"]
             if p2p["time_s"] and result.get("lbdd_time_s"):
                 result["p2p_over_lbdd"] = p2p["time_s"] / result["lbdd_time_s"]
-            say(f"point-to-point: last subscriber complete after {p2p['time_s']}s")
+            done_s = "never" if p2p["time_s"] is None else f"after {p2p['time_s']:.1f} s"
+            say(f"point-to-point: last subscriber complete {done_s}")
     result["ok"] = bool(ok)
     result["wall_phases_s"] = phases
     result["wall_s"] = time.perf_counter() - wall0
@@ -505,7 +518,7 @@ def run_lbdd(
 
 
 def _lbdd_cmd(args: argparse.Namespace) -> int:
-    from sim.cli import _emit, _stderr_progress
+    from sim.cli import _emit, _progress
 
     params = LbddParams(
         subscribers=args.subscribers,
@@ -521,7 +534,7 @@ def _lbdd_cmd(args: argparse.Namespace) -> int:
     )
     result = run_lbdd(
         params,
-        progress=None if args.quiet else _stderr_progress("lbdd"),
+        progress=_progress(args, "lbdd"),
         out=args.out,
         force=args.force,
     )
@@ -578,12 +591,20 @@ def add_lbdd_parser(sims: argparse._SubParsersAction) -> None:  # type: ignore[t
         "--data-bytes", type=int, default=0, help="bytes to publish (0: tree figures only)"
     )
     p.add_argument("--slice-bytes", type=int, default=64 * 1024, help="slice size")
-    p.add_argument("--uplink-mbps", type=float, default=100.0, help="every host's uplink, Mbit/s")
     p.add_argument(
-        "--churn", type=float, default=0.0, help="fraction of subscribers to crash mid-transfer"
+        "--uplink-mbps", type=positive_float, default=100.0, help="every host's uplink, Mbit/s"
     )
     p.add_argument(
-        "--latency", default="synthetic", help="'synthetic' or the path of a square RTT matrix (ms)"
+        "--churn",
+        type=non_negative_float,
+        default=0.0,
+        help="fraction of subscribers to crash mid-transfer",
+    )
+    p.add_argument(
+        "--latency",
+        default="synthetic",
+        help="'synthetic', 'planetlab' (the measured 490-host matrix shipped with Rangecast) or "
+        "the path of a square RTT matrix (ms)",
     )
     p.add_argument(
         "--no-near-bucket",

@@ -22,10 +22,12 @@ from dht.errors import LocalProtocolError
 from dht.node import Application
 from dht.routing import Peer
 from sim import runlog
-from sim.engine import Simulator, print_progress
+from sim.engine import Simulator
 from sim.latency import latency_model
+from sim.options import require_finite
 from sim.overlay import PastryOverlay, dht_config, dht_fields
 from sim.percentiles import percentile
+from sim.progress import as_progress
 from sim.streams import stream
 
 
@@ -45,6 +47,14 @@ class RouteParams:
 
     def check(self) -> None:
         dht_config(self.dht, lookup=self.lookup)
+        require_finite(
+            {
+                "--fail": self.fail,
+                "--repair-s": self.repair_s,
+                "--lookup-rate": self.lookup_rate_per_s,
+                "--loss": self.loss,
+            }
+        )
         if self.nodes < 1:
             raise LocalProtocolError("--nodes must be at least 1")
         if self.lookups < 0:
@@ -105,13 +115,10 @@ def run_route(
     params.check()
     out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
     wall0 = time.perf_counter()
-    say = progress or (lambda _msg: None)
+    say = as_progress(progress, "route")
     model = latency_model(params.latency, params.seed)
     sim = Simulator(
-        model,
-        stream(params.seed, "network"),
-        loss=params.loss,
-        progress=print_progress("route") if progress else None,
+        model, stream(params.seed, "network"), loss=params.loss, progress=say.engine_hook
     )
     log = _LookupLog(sim)
     messages_log = runlog.MessageLog(out_dir / "messages.parquet") if out_dir else None
@@ -136,14 +143,20 @@ def run_route(
         sim.run(until=sim.now + 2 * overlay.cfg.keepalive_s)
         mismatches = overlay.leafset_mismatches()
         result["join"] = {**joins, "leafset_mismatches": len(mismatches)}
-        say(f"joins: {joins}, leaf sets differing from the oracle: {len(mismatches)}")
+        say(
+            f"joins: {joins['completed']:,} of {joins['joins']:,} completed, "
+            f"{len(mismatches)} leaf sets differ from the oracle"
+        )
     phases["bootstrap"] = time.perf_counter() - mark
     mark = time.perf_counter()
     failed: list[int] = []
     if params.fail > 0:
         failed = overlay.crash_fraction(params.fail, stream(params.seed, "failures"))
-        say(f"crashed {len(failed)} nodes; repairing for {params.repair_s:g}s simulated")
+        say(f"crashed {len(failed)} nodes; repairing for {params.repair_s:g} simulated s")
+        t0 = sim.now
+        say.phase("repairing", params.repair_s, lambda: sim.now - t0, "sim s")
         sim.run(until=sim.now + params.repair_s)
+        say.end()
         result["leafset_mismatches_after_repair"] = len(overlay.leafset_mismatches())
 
     phases["failures"] = time.perf_counter() - mark
@@ -167,10 +180,12 @@ def run_route(
         key = space.random_id(lk_rng)
         expected.append(oracle.root(key))
         sim.call_at(t, _inject, sim, overlay, log, lid, src, key)
-    say(f"routing {params.lookups} lookups from {len(live)} live nodes")
+    say(f"routing {params.lookups:,} lookups from {len(live):,} live nodes")
     if params.lookups:
+        say.phase("lookups", params.lookups, lambda: params.lookups - log.outstanding, "lookups")
         # Generous horizon: every lookup either arrives or is given up by its hops' retries.
         sim.run(until=t + 120.0)
+        say.end()
     phases["lookups"] = time.perf_counter() - mark
     wall = time.perf_counter() - wall0
 

@@ -49,18 +49,29 @@ MESSAGES_SCHEMA = pa.schema(
 
 
 def prepare_dir(out: Path | str, *, force: bool = False) -> Path:
-    """Create ``out`` for a new log; refuse one that already holds a run unless ``force``."""
+    """Create ``out`` for a new log; refuse one that already holds a run unless ``force``, and
+    one the run could not write into, before any work starts (naming the path)."""
     path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise LocalProtocolError(f"--out {path}: exists and is not a directory")
-    if path.is_dir() and any(path.iterdir()):
-        if not force:
-            raise LocalProtocolError(
-                f"--out {path}: directory is not empty (an earlier run?); use --force to replace"
-            )
-        for name in ("run.json", *(f"{t}.parquet" for t in TABLES)):
-            (path / name).unlink(missing_ok=True)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        if path.exists() and not path.is_dir():
+            raise LocalProtocolError(f"--out {path}: exists and is not a directory")
+        if path.is_dir() and any(path.iterdir()):
+            if not force:
+                raise LocalProtocolError(
+                    f"--out {path}: directory is not empty (an earlier run?); use --force to "
+                    "replace"
+                )
+            for name in ("run.json", *(f"{t}.parquet" for t in TABLES)):
+                (path / name).unlink(missing_ok=True)
+        path.mkdir(parents=True, exist_ok=True)
+        # Creating the directory can succeed where writing a file fails (read-only mounts).
+        probe = path / ".rangecast-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise LocalProtocolError(
+            f"--out {path}: cannot write the run log there ({exc.strerror or exc})"
+        ) from None
     return path
 
 

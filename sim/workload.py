@@ -85,13 +85,13 @@ import os
 import random
 import re
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from pubsub.schema import THESIS_SCHEMA, Attribute, Schema, SchemaError
+from pubsub.schema import KEYWORDS, THESIS_SCHEMA, Attribute, Schema, SchemaError
 from pubsub.subscription import Range, Subscription
 
 __all__ = [
@@ -334,6 +334,9 @@ def default_params(schema: Schema) -> dict[str, AttributeWorkload]:
 # --------------------------------------------------------------------------------------------
 
 _STEM_BAD = re.compile(r"[^A-Za-z0-9_.\-]")
+#: What an attribute name may not contain (pubsub.schema's rule: letters, digits, '_', '.', '('
+#: and ')', starting with a letter or '_').
+_NAME_BAD = re.compile(r"[^A-Za-z0-9_.()]+")
 
 
 def _schema_name(stem: str) -> str:
@@ -341,10 +344,37 @@ def _schema_name(stem: str) -> str:
     return name if re.match(r"[A-Za-z_]", name) else "_" + name
 
 
+def attribute_name(header: str) -> str:
+    """A valid attribute name for any CSV header: runs of other characters become ``_``
+    (``temp C`` -> ``temp_C``), a name that does not start with a letter gets a leading ``_``
+    (``0`` -> ``_0``), and a keyword of the subscription language a trailing one."""
+    name = _NAME_BAD.sub("_", header.strip()).strip("_") or "_"
+    if not re.match(r"[A-Za-z_]", name):
+        name = "_" + name
+    if name.casefold() in KEYWORDS:
+        name += "_"
+    return name
+
+
+def _parse_columns(spec: str | Sequence[str]) -> list[tuple[str, str | None]]:
+    """``"temp C=temp,RH"`` -> [("temp C", "temp"), ("RH", None)]."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[tuple[str, str | None]] = []
+    for item in items:
+        column, eq, attr = item.partition("=")
+        if not column.strip() or (eq and not attr.strip()):
+            raise SchemaError(
+                f"--columns: {item!r} is not COLUMN or COLUMN=NAME (columns are separated by ',')"
+            )
+        out.append((column.strip(), attr.strip() if eq else None))
+    return out
+
+
 class CsvEvents:
     """Events read from a CSV table (see the module docs); build with ``CsvEvents.load``."""
 
     __slots__ = (
+        "columns",
         "decimal_comma",
         "delimiter",
         "events",
@@ -362,8 +392,10 @@ class CsvEvents:
     events: list[tuple[float | None, ...]]
     rows: int  # data rows read (blank lines excluded)
     skipped_rows: int  # rows without any present value
-    missing: float | None
+    missing: float | str | None
     missing_counts: tuple[int, ...]  # per attribute, over all data rows
+    #: Per attribute, the CSV header it was read from (differs when the header was renamed).
+    columns: tuple[str, ...]
     skipped_columns: list[tuple[str, str]]  # (column, reason)
     delimiter: str
     decimal_comma: bool
@@ -372,14 +404,30 @@ class CsvEvents:
         return len(self.events)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], missing: float | None = None) -> CsvEvents:
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        missing: float | str | None = None,
+        columns: str | Sequence[str] | None = None,
+    ) -> CsvEvents:
         p = Path(path)
-        if missing is not None and (
-            isinstance(missing, bool)
-            or not isinstance(missing, int | float)
-            or not math.isfinite(missing)
+        if isinstance(missing, str):
+            try:
+                missing = float(missing)
+            except ValueError:
+                missing = missing.strip()
+                if not missing:
+                    raise SchemaError("missing must be a number or a non-empty word") from None
+        if (
+            missing is not None
+            and not isinstance(missing, str)
+            and (
+                isinstance(missing, bool)
+                or not isinstance(missing, int | float)
+                or not math.isfinite(missing)
+            )
         ):
-            raise SchemaError(f"missing must be a finite number or None, got {missing!r}")
+            raise SchemaError(f"missing must be a finite number, a word or None, got {missing!r}")
         try:
             with p.open(newline="", encoding="utf-8-sig") as f:
                 header_line = f.readline()
@@ -403,28 +451,67 @@ class CsvEvents:
                     lines.append(reader.line_num)
         except FileNotFoundError:
             raise SchemaError(f"{p}: CSV file not found") from None
+        except IsADirectoryError:
+            raise SchemaError(f"{p}: is a directory, not a CSV file") from None
         except UnicodeDecodeError as exc:
             raise SchemaError(f"{p}: not a UTF-8 text file ({exc.reason})") from None
         except csv.Error as exc:
             raise SchemaError(f"{p}: malformed CSV: {exc}") from None
         except OSError as exc:
             raise SchemaError(f"{p}: cannot read CSV file: {exc.strerror}") from None
+        if not rows:
+            raise SchemaError(f"{p}: no data rows, only the header line")
 
         decimal_comma = delimiter != ","
-        names: list[str] = []
-        columns: list[list[float | None]] = []
-        missing_counts: list[int] = []
+        headers = [h.strip() for h in header]
+        # Which columns to read, under which attribute names: all of them (names made valid),
+        # or the --columns selection in its order.
+        chosen: list[tuple[int, str, bool]] = []  # (index, attribute name, explicitly chosen)
         skipped_columns: list[tuple[str, str]] = []
-        for j, raw_name in enumerate(header):
-            name = raw_name.strip()
-            if not name:
-                continue
+        if columns is None:
+            taken: set[str] = set()
+            for j, h in enumerate(headers):
+                if not h:
+                    continue
+                name = base = attribute_name(h)
+                k = 2
+                while name in taken:
+                    name = f"{base}_{k}"
+                    k += 1
+                taken.add(name)
+                chosen.append((j, name, False))
+        else:
+            wanted = _parse_columns(columns)
+            by_header = {h: j for j, h in reversed(list(enumerate(headers))) if h}
+            by_name = {attribute_name(h): j for j, h in reversed(list(enumerate(headers))) if h}
+            for column, attr in wanted:
+                j = by_header.get(column, by_name.get(column))
+                if j is None:
+                    raise SchemaError(
+                        f"{p}: --columns names {column!r}, which is not a column of the header "
+                        f"(columns: {', '.join(repr(h) for h in headers if h)})"
+                    )
+                name = attr if attr is not None else attribute_name(headers[j])
+                if any(name == n for _, n, _ in chosen):
+                    raise SchemaError(f"{p}: --columns gives the name {name!r} twice")
+                chosen.append((j, name, True))
+            picked = {j for j, _, _ in chosen}
+            skipped_columns += [
+                (h, "not in --columns") for j, h in enumerate(headers) if h and j not in picked
+            ]
+
+        names: list[str] = []
+        sources: list[str] = []
+        data: list[list[float | None]] = []
+        missing_counts: list[int] = []
+        for j, name, explicit in chosen:
+            column = headers[j]
             values: list[float | None] = []
             parsed = 0
             first_bad: int | None = None
             for r, row in enumerate(rows):
                 cell = row[j].strip()
-                if not cell:
+                if not cell or cell == missing:
                     values.append(None)
                     continue
                 if decimal_comma:
@@ -440,22 +527,43 @@ class CsvEvents:
                     continue
                 parsed += 1
                 values.append(None if v == missing else v)
-            if parsed == 0:
-                skipped_columns.append((name, "not numeric"))
-                continue
+            reason: str | None = None
             if first_bad is not None:
-                raise SchemaError(
-                    f"{p}, line {lines[first_bad]}: column {name!r} holds numbers in {parsed} "
-                    f"row{'s' if parsed != 1 else ''} but {rows[first_bad][j].strip()!r} here"
+                bad = rows[first_bad][j].strip()
+                reason = (
+                    "not numeric"
+                    if parsed == 0
+                    else (
+                        f"not numeric: {bad!r} on line {lines[first_bad]} among {parsed} "
+                        f"number{'s' if parsed != 1 else ''} (--missing {bad} would mark it absent)"
+                    )
                 )
+                if explicit:
+                    raise SchemaError(
+                        f"{p}, line {lines[first_bad]}: column {column!r} (--columns) is "
+                        f"{reason.split(':')[0]}: {bad!r}"
+                        + (f"; --missing {bad} marks such cells absent" if parsed else "")
+                    )
             present = [v for v in values if v is not None]
-            if not present:
-                skipped_columns.append((name, "no values (all missing)"))
+            if reason is None and not present:
+                reason = "no values (all missing)"
+                if explicit:
+                    raise SchemaError(f"{p}: column {column!r} (--columns) has no values")
+            if reason is not None:
+                skipped_columns.append((column, reason))
                 continue
-            if name in names:
-                raise SchemaError(f"{p}, line 1: duplicate column name {name!r}")
+            lo, hi = min(present), max(present)
+            if not math.isfinite(hi - lo) or (hi - lo) / 100.0 == 0.0 < hi - lo:
+                # The workload cuts each domain into sub-ranges of 1% of its width.
+                far = values.index(hi if abs(hi) >= abs(lo) else lo)
+                raise SchemaError(
+                    f"{p}, line {lines[far]}: column {column!r}: values from {lo:g} to {hi:g} "
+                    "span a range a float cannot divide (too wide or too narrow); leave the "
+                    "column out with --columns or rescale it"
+                )
             names.append(name)
-            columns.append(values)
+            sources.append(column)
+            data.append(values)
             missing_counts.append(len(values) - len(present))
 
         if not names:
@@ -465,7 +573,7 @@ class CsvEvents:
             )
 
         attributes: list[Attribute] = []
-        for name, values in zip(names, columns, strict=True):
+        for name, column, values in zip(names, sources, data, strict=True):
             present = [v for v in values if v is not None]
             lo, hi = min(present), max(present)
             if lo == hi:
@@ -475,12 +583,12 @@ class CsvEvents:
             try:
                 attributes.append(Attribute(name, "float", lo, hi))
             except SchemaError as exc:
-                raise SchemaError(f"{p}, line 1: column {name!r}: {exc}") from None
+                raise SchemaError(f"{p}, line 1: column {column!r}: {exc}") from None
         schema = Schema(_schema_name(p.stem), tuple(attributes))
 
         events: list[tuple[float | None, ...]] = []
         skipped = 0
-        for event in zip(*columns, strict=True):
+        for event in zip(*data, strict=True):
             if all(v is None for v in event):
                 skipped += 1
             else:
@@ -492,12 +600,35 @@ class CsvEvents:
         self.events = events
         self.rows = len(rows)
         self.skipped_rows = skipped
-        self.missing = None if missing is None else float(missing)
+        self.missing = missing if isinstance(missing, str) or missing is None else float(missing)
         self.missing_counts = tuple(missing_counts)
+        self.columns = tuple(sources)
         self.skipped_columns = skipped_columns
         self.delimiter = delimiter
         self.decimal_comma = decimal_comma
         return self
+
+    def renamed(self) -> list[tuple[str, str]]:
+        """(CSV header, attribute name) of every column published under another name."""
+        return [
+            (c, a.name)
+            for c, a in zip(self.columns, self.schema.attributes, strict=True)
+            if c != a.name
+        ]
+
+    def notes(self) -> list[str]:
+        """What was read, skipped and renamed, as readable lines (the run prints them)."""
+        out = [
+            f"{self.path}: {len(self.events):,} events of {len(self.columns)} columns "
+            f"({self.rows:,} rows, {self.skipped_rows:,} without any value dropped)"
+        ]
+        if self.skipped_columns:
+            out.append(
+                "skipped columns: " + "; ".join(f"{c!r} ({why})" for c, why in self.skipped_columns)
+            )
+        if self.renamed():
+            out.append("renamed columns: " + ", ".join(f"{c!r} -> {a}" for c, a in self.renamed()))
+        return out
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -510,8 +641,12 @@ class CsvEvents:
             "events": len(self.events),
             "skipped_rows": self.skipped_rows,
             "attributes": [
-                {"name": a.name, "min": a.min, "max": a.max, "missing": m}
-                for a, m in zip(self.schema.attributes, self.missing_counts, strict=True)
+                {"name": a.name, "column": c, "min": a.min, "max": a.max, "missing": m}
+                for a, c, m in zip(
+                    self.schema.attributes, self.columns, self.missing_counts, strict=True
+                )
             ],
+            "columns_used": list(self.columns),
+            "renamed_columns": [{"column": c, "attribute": a} for c, a in self.renamed()],
             "skipped_columns": [{"name": n, "reason": why} for n, why in self.skipped_columns],
         }

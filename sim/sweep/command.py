@@ -49,7 +49,15 @@ def prepare_out(out: Path, force: bool) -> None:
             f"--out {out}: directory is not empty (an earlier sweep?); use --force to replace "
             "the files of the runs this plan makes"
         )
-    (out / "runs").mkdir(parents=True, exist_ok=True)
+    try:
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+        probe = out / ".rangecast-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise LocalProtocolError(
+            f"--out {out}: cannot write the sweep there ({exc.strerror or exc})"
+        ) from None
 
 
 def run_sweep(

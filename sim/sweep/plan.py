@@ -13,6 +13,7 @@ so a typo or an impossible value fails in a second instead of an hour into a swe
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import tomllib
 import types
@@ -156,9 +157,23 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     """``value`` as the dataclass field type ``hint`` wants, or a PlanError naming ``where``."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        # TOML has no null, so an optional field is just its non-None type here.
-        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _coerce(value, inner, where)
+        # TOML has no null, so an optional field is just its non-None types here; the first
+        # that takes the value wins (``missing``: a number, else a word).
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if isinstance(value, float) and not math.isfinite(value):
+            raise PlanError(f"{where}: expected a finite number, got {value!r}")
+        for a in inner[:-1]:
+            try:
+                return _coerce(value, a, where)
+            except PlanError:
+                continue
+        try:
+            return _coerce(value, inner[-1], where)
+        except PlanError:
+            if len(inner) == 1:
+                raise
+            kinds = " or ".join(_type_name(a) for a in inner)
+            raise PlanError(f"{where}: expected {kinds}, got {value!r}") from None
     ok = False
     if hint is bool:
         ok = isinstance(value, bool)
@@ -168,6 +183,10 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         if ok:
             value = float(value)
+            # TOML spells nan and inf; every comparison with NaN is false, so such a value
+            # would pass every range check and fail each run instead.
+            if not math.isfinite(value):
+                raise PlanError(f"{where}: expected a finite number, got {value!r}")
     elif hint is str:
         ok = isinstance(value, str)
     elif origin is tuple:
