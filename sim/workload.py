@@ -530,19 +530,17 @@ class CsvEvents:
             reason: str | None = None
             if first_bad is not None:
                 bad = rows[first_bad][j].strip()
-                reason = (
-                    "not numeric"
-                    if parsed == 0
-                    else (
-                        f"not numeric: {bad!r} on line {lines[first_bad]} among {parsed} "
-                        f"number{'s' if parsed != 1 else ''} (--missing {bad} would mark it absent)"
+                hint = f"--missing {bad} marks such cells absent"
+                reason = "not numeric"
+                if parsed:
+                    reason += (
+                        f": {bad!r} on line {lines[first_bad]} among {parsed} "
+                        f"number{'s' if parsed != 1 else ''}; {hint}"
                     )
-                )
                 if explicit:
                     raise SchemaError(
                         f"{p}, line {lines[first_bad]}: column {column!r} (--columns) is "
-                        f"{reason.split(':')[0]}: {bad!r}"
-                        + (f"; --missing {bad} marks such cells absent" if parsed else "")
+                        f"not numeric: {bad!r}" + (f"; {hint}" if parsed else "")
                     )
             present = [v for v in values if v is not None]
             if reason is None and not present:

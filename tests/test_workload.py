@@ -405,18 +405,18 @@ def test_csv_semicolons_and_decimal_commas(tmp_path: Path) -> None:
         ("a,b\n1,2\n3\n", ", line 3: expected 2 fields like the header, found 1"),
         ("a,b\n1,2\n3,4,5\n", ", line 3: expected 2 fields"),
         ("Date,label\nx,y\n", ": no numeric columns (skipped: Date (not numeric), label"),
-        ("a,b\n", ": no numeric columns"),
+        ("a,b\n", ": no data rows, only the header line"),
         ("", ": the file is empty"),
-        ("a,b\n1,2\n3,x\n4,5\n", ", line 3: column 'b' holds numbers in 2 rows but 'x' here"),
-        ("a,b\n1,2\n3,nan\n", ", line 3: column 'b' holds numbers in 1 row but 'nan' here"),
-        ("temp C,b\n1,2\n", ", line 1: column 'temp C': invalid attribute name"),
-        ("a,a\n1,2\n", ", line 1: duplicate column name 'a'"),
+        ("a,b\n1e308,1\n-1e308,2\n", ", line 2: column 'a': values from -1e+308 to 1e+308"),
+        ("a,b\n1,2\n", ": --columns names 'c', which is not a column of the header"),
+        ("a,b\nx,2\n", ", line 2: column 'a' (--columns) is not numeric: 'x'"),
     ],
 )
 def test_csv_errors_name_file_and_line(tmp_path: Path, text: str, fragment: str) -> None:
     p = _write(tmp_path, "bad.csv", text)
+    columns = "c" if "'c'" in fragment else "a,b" if "(--columns)" in fragment else None
     with pytest.raises(SchemaError) as exc:
-        CsvEvents.load(p)
+        CsvEvents.load(p, columns=columns)
     msg = str(exc.value)
     assert msg.startswith(str(p)), msg
     assert fragment in msg, msg
@@ -431,3 +431,60 @@ def test_csv_io_errors(tmp_path: Path) -> None:
         CsvEvents.load(p)
     with pytest.raises(SchemaError, match="missing must be a finite number"):
         CsvEvents.load(p, missing=math.nan)
+    with pytest.raises(SchemaError, match="is a directory"):
+        CsvEvents.load(tmp_path)
+
+
+def test_csv_any_header_is_renamed_and_reported(tmp_path: Path) -> None:
+    # A common export: columns named 0, 1, ...; a header with a space, a keyword, a repeat.
+    p = _write(tmp_path, "export.csv", "0,1,temp C,and,temp-C,when\n1,2,3,4,5,x\n6,7,8,9,10,y\n")
+    c = CsvEvents.load(p)
+    assert c.schema.names() == ("_0", "_1", "temp_C", "and_", "temp_C_2")
+    assert c.columns == ("0", "1", "temp C", "and", "temp-C")
+    assert c.renamed() == [
+        ("0", "_0"),
+        ("1", "_1"),
+        ("temp C", "temp_C"),
+        ("and", "and_"),
+        ("temp-C", "temp_C_2"),
+    ]
+    assert c.events == [(1.0, 2.0, 3.0, 4.0, 5.0), (6.0, 7.0, 8.0, 9.0, 10.0)]
+    d = c.describe()
+    assert d["columns_used"] == ["0", "1", "temp C", "and", "temp-C"]
+    assert d["renamed_columns"][2] == {"column": "temp C", "attribute": "temp_C"}
+    assert d["skipped_columns"] == [{"name": "when", "reason": "not numeric"}]
+    notes = c.notes()
+    assert "renamed columns: '0' -> _0" in notes[-1]
+    assert "skipped columns: 'when' (not numeric)" in notes[1]
+
+
+def test_csv_columns_option_selects_orders_and_names(tmp_path: Path) -> None:
+    p = _write(tmp_path, "sel.csv", "date,temp C,RH,x\nd1,1,50,7\nd2,2,60,8\n")
+    c = CsvEvents.load(p, columns="RH, temp C=temp")
+    assert c.schema.names() == ("RH", "temp")
+    assert c.events == [(50.0, 1.0), (60.0, 2.0)]
+    assert c.skipped_columns == [("date", "not in --columns"), ("x", "not in --columns")]
+    # Sanitised names work as well as the header's own.
+    assert CsvEvents.load(p, columns=["temp_C"]).schema.names() == ("temp_C",)
+    with pytest.raises(SchemaError, match="is not COLUMN or COLUMN=NAME"):
+        CsvEvents.load(p, columns="temp C=")
+    with pytest.raises(SchemaError, match="invalid attribute name 'two words'"):
+        CsvEvents.load(p, columns="RH=two words")
+
+
+def test_csv_mixed_column_is_skipped_with_a_note_and_missing_words(tmp_path: Path) -> None:
+    p = _write(tmp_path, "na.csv", "a,b,c\n1,2,3\n4,NA,\n5,6,7\n")
+    c = CsvEvents.load(p)
+    assert c.schema.names() == ("a", "c")
+    assert c.skipped_columns == [
+        ("b", "not numeric: 'NA' on line 3 among 2 numbers; --missing NA marks such cells absent")
+    ]
+    assert c.events == [(1.0, 3.0), (4.0, None), (5.0, 7.0)]
+    # The word as --missing: the column is back, its NA cell absent like an empty one.
+    c = CsvEvents.load(p, missing="NA")
+    assert c.schema.names() == ("a", "b", "c")
+    assert c.events == [(1.0, 2.0, 3.0), (4.0, None, None), (5.0, 6.0, 7.0)]
+    assert c.missing_counts == (0, 1, 1)
+    # A number given as text is a number: "-200" and "-200.0" cells both match.
+    q = _write(tmp_path, "num.csv", "a\n1\n-200.0\n-200\n")
+    assert CsvEvents.load(q, missing="-200").events == [(1.0,)]
