@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dht.errors import RangecastError
-from sim.options import missing_value, non_negative_float, positive_float
+from sim.options import finite_float, missing_value, non_negative_float, positive_float
 
 if TYPE_CHECKING:
     from sim.progress import Progress
@@ -310,7 +310,7 @@ class _Parser(argparse.ArgumentParser):
     usage. Sub-commands inherit the class (argparse builds them with the parent's)."""
 
     def error(self, message: str) -> typing.NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} --help)\n")
 
 
 def _same_help(parser: argparse.ArgumentParser) -> None:
@@ -352,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     route.add_argument(
         "--fail",
-        type=non_negative_float,
+        type=finite_float,
         default=0.0,
         help="fraction of nodes to crash before the lookups",
     )
@@ -367,13 +367,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     route.add_argument(
         "--lookup-rate",
-        type=positive_float,
+        type=finite_float,
         default=10000.0,
         help="lookups injected per simulated second (Poisson)",
     )
-    route.add_argument(
-        "--loss", type=non_negative_float, default=0.0, help="message loss probability"
-    )
+    route.add_argument("--loss", type=finite_float, default=0.0, help="message loss probability")
     _add_dht(route)
     _add_out(route)
     route.add_argument("--json", action="store_true", help="print one JSON object")
@@ -435,12 +433,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     thesis.add_argument("--min-level", type=int, default=3, help="RndRegionProbe min level")
     thesis.add_argument("--max-level", type=int, default=10, help="RndRegionProbe max level")
-    thesis.add_argument(
-        "--p", type=non_negative_float, default=0.7, help="RndRegionProbe probability"
-    )
+    thesis.add_argument("--p", type=finite_float, default=0.7, help="RndRegionProbe probability")
     thesis.add_argument(
         "--cutoff",
-        type=non_negative_float,
+        type=finite_float,
         default=0.1,
         help="load-balancing cut-off c as a fraction of each domain",
     )
@@ -472,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     churn.add_argument("--nodes", type=int, default=2000, help="overlay size")
     churn.add_argument(
         "--fail-fraction",
-        type=non_negative_float,
+        type=finite_float,
         default=0.2,
         help="fraction of peers that crash at once",
     )

@@ -47,7 +47,7 @@ from multicast.topic import PublicationComplete, SliceDelivered, TopicConfig, To
 from sim import runlog
 from sim.engine import PORT, Simulator
 from sim.latency import LatencyModel, latency_model
-from sim.options import non_negative_float, positive_float, require_finite
+from sim.options import finite_float, positive_float, require_finite
 from sim.overlay import PastryOverlay
 from sim.progress import Progress, as_progress
 from sim.streams import stream
@@ -596,7 +596,7 @@ def add_lbdd_parser(sims: argparse._SubParsersAction) -> None:  # type: ignore[t
     )
     p.add_argument(
         "--churn",
-        type=non_negative_float,
+        type=finite_float,
         default=0.0,
         help="fraction of subscribers to crash mid-transfer",
     )
