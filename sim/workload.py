@@ -53,20 +53,28 @@ Table 4.3 gives ``K`` = 50, 400, 90, 40 for Attr1..Attr4, and ``N`` = 100, 1000,
 
 Theory of operation: CSV events
 -------------------------------
-``CsvEvents.load(path, missing)`` turns a table of readings into a schema and an event list.
-The delimiter is the most frequent of ``,``, ``;`` and tab in the header line (``,`` on ties).
-With a non-comma delimiter, decimal commas (``2,6``) are accepted, as in the original UCI
+``CsvEvents.load(path, missing, columns)`` turns a table of readings into a schema and an event
+list. The delimiter is the most frequent of ``,``, ``;`` and tab in the header line (``,`` on
+ties). With a non-comma delimiter, decimal commas (``2,6``) are accepted, as in the original UCI
 AirQuality export; ``shared/data/airquality_uci.csv`` itself is comma separated with decimal
-points. A column is numeric when every non-empty cell parses as a finite float; a column where
-none does (``Date``, ``Time``) is skipped; a column that mixes the two is an error naming the
-line, because silently dropping it, or its odd cells, would hide a broken file. Columns with a
-blank header are ignored. Cells that are empty or equal to ``missing`` (``-200`` for AirQuality)
-become ``None``. Every numeric column becomes a float attribute, header order kept, whose domain
-is the observed ``[min, max]`` of its present values (widened to ``[v - 0.5, v + 0.5]`` when all
-values are equal, since a domain needs ``min < max``); a column with no present value at all is
-skipped. A row with no present value carries no information and is dropped (``skipped_rows``).
-The schema is named after the file stem and uses the default ``strict`` partial rule; use
-``csv.schema.with_partial("lenient")`` for the other one.
+points. Any header is accepted: a header that is not a valid attribute name is renamed by
+``attribute_name`` (``temp C`` -> ``temp_C``, ``0`` -> ``_0``, ``and`` -> ``and_``; a repeat gets
+``_2``), and ``renamed()`` lists the mapping. ``columns`` (``"temp C=temp,RH"``) selects columns
+by header or renamed name, in its order, optionally naming them; the others are skipped.
+Cells that are empty or equal to ``missing`` (a number such as ``-200``, compared as a number,
+or a word such as ``NA``, compared as text) become ``None``. A column is numeric when every
+other cell parses as a finite float; a column where none does (``Date``, ``Time``) is skipped,
+and so is one that mixes numbers and words, with the first word and its line in the reason
+(``--missing WORD`` turns such cells into absent values); a selected column that is not numeric
+is an error naming the line. Columns with a blank header are ignored. Every numeric column
+becomes a float attribute, whose domain is the observed ``[min, max]`` of its present values
+(widened to ``[v - 0.5, v + 0.5]`` when all values are equal, since a domain needs
+``min < max``); a column with no present value at all is skipped, and one whose range a float
+cannot divide into sub-ranges (``-1e308 .. 1e308``) is an error naming the file, line and
+column. A file with a header and no data rows is an error. A row with no present value carries
+no information and is dropped (``skipped_rows``). The schema is named after the file stem and
+uses the default ``strict`` partial rule; use ``csv.schema.with_partial("lenient")`` for the
+other one. ``describe()`` and ``notes()`` report what was used, skipped (and why) and renamed.
 
 ``default_params(schema)`` is a generic workload for such schemas: ``present_prob =
 min(0.5, 2 / n)`` for ``n`` attributes, so subscriptions have about two predicates (plus the
