@@ -276,11 +276,12 @@ def _version() -> str:
         return "unknown"
 
 
-def _add_out(parser: argparse.ArgumentParser) -> None:
+def _add_out(parser: argparse.ArgumentParser, *, for_report: bool = True) -> None:
     parser.add_argument(
         "--out",
         metavar="DIR",
-        help="write the run log (Parquet, docs/run-logs.md) into DIR for 'rangecast report'",
+        help="write the run log (Parquet, docs/run-logs.md) into DIR"
+        + (" for 'rangecast report'" if for_report else ""),
     )
     parser.add_argument(
         "--force", action="store_true", help="replace a run log already in the --out DIR"
@@ -506,7 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     churn.add_argument("--latency", default="synthetic", help="'synthetic', 'planetlab' or a path")
     _add_dht(churn)
-    _add_out(churn)
+    _add_out(churn, for_report=False)
     churn.add_argument("--json", action="store_true", help="print one JSON object")
     churn.add_argument("--quiet", action="store_true", help="no progress on stderr")
     churn.set_defaults(func=_churn)
