@@ -256,3 +256,103 @@ def test_a_ping_naming_an_address_that_accepts_and_closes_kills_no_peer(swarm_fa
     assert swarm.alive() == [True] * 4, swarm.log(0)[-3000:]
     assert all(f >= 1 for f in failures)
     assert oracle == (0, 0, 0)
+
+
+# ------------------------------------------------------------------------------- item 16
+
+NOFILE = 256
+
+
+async def _crowd(swarm: Swarm, port: int, n: int, hold_s: float) -> dict[str, Any]:
+    """Hold ``n`` idle connections to the peer at ``port`` for ``hold_s`` seconds; return
+    the peer's status asked over a client connection opened before the crowd (an old one)."""
+    async with connect("127.0.0.1", port) as old:
+        streams: list[trio.SocketStream] = []
+        try:
+            for _ in range(n):
+                try:
+                    streams.append(await trio.open_tcp_stream("127.0.0.1", port))
+                except OSError:
+                    break
+            await trio.sleep(hold_s)
+            with trio.fail_after(20):
+                return await old.status()
+        finally:
+            for s in streams:
+                with contextlib.suppress(Exception):
+                    await s.aclose()
+
+
+def _descriptor_run(swarm: Swarm, hold_s: float) -> tuple[dict[str, Any], tuple, dict]:
+    async def main() -> tuple[dict[str, Any], tuple, dict]:
+        assert await wait_for(lambda: leaf_sets_full(swarm.ports))
+        st = await _crowd(swarm, swarm.ports[0], 2 * NOFILE, hold_s)
+        assert await wait_for(lambda: leaf_sets_full(swarm.ports), 60)
+        after = await status(swarm.ports[0])
+        return st, await oracle_round(swarm.ports, seed=16), after
+
+    return trio.run(main)
+
+
+def test_idle_connections_up_to_the_descriptor_limit_are_refused_not_fatal(
+    swarm_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    """Twice as many idle connections as the peer has descriptors: the excess is refused and
+    counted, the old client connection still gets its status, and the peer serves on."""
+    swarm = swarm_factory(3, nofile=NOFILE)
+    during, oracle, after = _descriptor_run(swarm, hold_s=1.0)
+    assert swarm.alive() == [True] * 3, swarm.log(0)[-3000:]
+    assert during["transport"]["refused_connections"] > 0
+    assert after["transport"]["refused_connections"] >= during["transport"]["refused_connections"]
+    assert oracle == (0, 0, 0)
+
+
+@pytest.mark.slow
+def test_descriptor_exhaustion_across_a_state_save(swarm_factory) -> None:  # type: ignore[no-untyped-def]
+    """The crowd stays past the 30 s state save (which used to end the process)."""
+    swarm = swarm_factory(3, nofile=NOFILE)
+    during, oracle, _ = _descriptor_run(swarm, hold_s=35.0)
+    assert swarm.alive() == [True] * 3, swarm.log(0)[-3000:]
+    assert during["transport"]["refused_connections"] > 0
+    assert oracle == (0, 0, 0)
+
+
+def test_an_unwritable_state_directory_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    # A directory where the state file's temporary copy goes: writing it fails even as root
+    # (for whom permission bits do not count).
+    (state / "peer.json.tmp").mkdir()
+    base = _free_base(1)
+    r = subprocess.run(
+        [*RANGECAST, "peer", "start", "--listen", f"127.0.0.1:{base}", "--state", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    errors = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and str(state / "peer.json") in errors[0], r.stderr
+
+
+# -------------------------------------------------------------------------------- item 6
+
+
+def test_a_taken_port_is_one_line_naming_the_address() -> None:
+    base = _free_base(1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", base))
+        s.listen()
+        r = subprocess.run(
+            [*RANGECAST, "peer", "start", "--listen", f"127.0.0.1:{base}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    errors = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and f"127.0.0.1:{base}" in errors[0], r.stderr
