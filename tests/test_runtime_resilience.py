@@ -356,3 +356,56 @@ def test_a_taken_port_is_one_line_naming_the_address() -> None:
     assert "Traceback" not in r.stderr
     errors = [line for line in r.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and f"127.0.0.1:{base}" in errors[0], r.stderr
+
+
+def test_a_peer_whose_remembered_contacts_are_gone_retries_or_starts_alone(
+    tmp_path: Path,
+) -> None:
+    """Before, it exited ("could not join: no contact answered"), so a swarm could not come
+    back from its state directories. Now it keeps trying, or starts alone when told to."""
+    base = _free_base(3)
+    state = tmp_path / "state"
+    state.mkdir()
+    dead = f"127.0.0.1:{base + 2}"  # nobody listens there
+    (state / "peer.json").write_text(json.dumps({"known_peers": [dead]}))
+    log = tmp_path / "retry.log"
+    with log.open("w") as err:
+        retrying = subprocess.Popen(
+            [*RANGECAST, "peer", "start", "--listen", f"127.0.0.1:{base}", "--state", str(state)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 30  # a guard, not a timing assertion
+        while log.read_text().count("trying again") < 2:  # two rounds failed, still up
+            assert retrying.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        assert retrying.poll() is None
+    finally:
+        retrying.send_signal(signal.SIGTERM)
+        retrying.wait(timeout=20)
+    alone = subprocess.Popen(
+        [
+            *RANGECAST,
+            "peer",
+            "start",
+            "--listen",
+            f"127.0.0.1:{base + 1}",
+            "--state",
+            str(state),
+            "--alone-if-unreachable",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert alone.stdout is not None
+        hello = json.loads(alone.stdout.readline())
+        assert hello["address"] == f"127.0.0.1:{base + 1}"
+        st = trio.run(status, base + 1)
+        assert st["state"] == "ready"
+    finally:
+        alone.send_signal(signal.SIGTERM)
+        alone.wait(timeout=20)
