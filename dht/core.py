@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -198,6 +199,25 @@ class DhtCore:
 
     def _hold(self, msg: Message, src: bytes) -> None:
         raise NotImplementedError
+
+    def resumed(self, gap_s: float) -> None:
+        """The driver tells the node it could not run for ``gap_s`` seconds (its process was
+        stopped, the machine suspended or starved). Nothing was heard in that time because
+        nothing was listened to, so it is no evidence against anyone: every deadline (hop
+        acks, keep-alives, lookups) and every "last heard" moves on by the gap. Suspicion
+        thus counts only time in which this node itself was able to listen, and the input
+        that queued up during the pause is read before any deadline falls due."""
+        if not gap_s > 0.0 or gap_s == math.inf:
+            return
+        # The same shift for every entry keeps the heap ordered.
+        self._timers = [(d + gap_s, seq, kind, arg) for d, seq, kind, arg in self._timers]
+        for p in self._pending.values():
+            p.deadline += gap_s
+        self._shift_liveness(gap_s)
+
+    def _shift_liveness(self, gap_s: float) -> None:
+        """Move the node's own liveness bookkeeping (when each neighbour was last heard, when
+        a lookup query was sent) on by ``gap_s``; each DHT knows its own."""
 
     # --------------------------------------------- the common API, implemented by each DHT
 

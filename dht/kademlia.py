@@ -681,6 +681,12 @@ class KademliaNode(DhtCore):
         # is not closeness to us), and the overlay must hand that key over at once.
         self.app.update(peer, True, now)
 
+    def _shift_liveness(self, gap_s: float) -> None:
+        self._last_heard = {i: t + gap_s for i, t in self._last_heard.items()}
+        # A query's timer is valid while its lookup still records the same deadline.
+        for lk in self._lookups.values():
+            lk.inflight = {i: t + gap_s for i, t in lk.inflight.items()}
+
     def _peer_failed(self, peer: Peer, now: float) -> None:
         ident = peer.id
         self._dead[ident] = now + self.cfg.dead_ttl_s

@@ -499,6 +499,10 @@ class PastryNode(DhtCore):
                 self.app.update(gone, False, now)
         self.table.add(peer, self.proximity)
 
+    def _shift_liveness(self, gap_s: float) -> None:
+        self._last_heard = {i: t + gap_s for i, t in self._last_heard.items()}
+        self._probing = {i: t + gap_s for i, t in self._probing.items()}
+
     def _peer_failed(self, peer: Peer, now: float) -> None:
         ident = peer.id
         self._dead[ident] = now + self.cfg.dead_ttl_s

@@ -219,6 +219,8 @@ class OverlayStats:
     #: over to a peer that became their root, full states and single changes sent to replicas.
     promoted: int = 0
     refreshes: int = 0
+    #: Pieces whose install or removal was re-sent because no acknowledgement had come.
+    retries: int = 0
     #: Leaves recreated empty because their whole replica set died (refreshes refill them).
     recreated: int = 0
     #: Notifications for a subscription this peer no longer has, dropped.
@@ -487,13 +489,23 @@ class PubSubNode(Application):
     def _refresh(self, now: float) -> None:
         """Soft state: probe every piece of every active subscription again. A leaf that has
         the piece only acknowledges it again (the subscriber ignores that); one that lost it
-        with a whole replica set stores it anew."""
+        with a whole replica set stores it anew.
+
+        An install or a removal still waiting for acknowledgements is retried the same way,
+        for the pieces not acknowledged yet: a probe lost on the way (a dropped frame, a peer
+        that died with it) would otherwise leave it waiting for ever, and the pieces that did
+        arrive stored for ever (a removal asked for meanwhile waits for the install)."""
         for rec in self._subs.values():
-            if rec.state != "active":
-                continue
             schema = rec.sub.schema
+            if rec.state == "active":
+                for piece in rec.pieces:
+                    self._probe_sub(OP_INSERT, schema, self._space(schema, piece.base), piece, now)
+                continue
+            op = OP_INSERT if rec.state == "installing" else OP_REMOVE
             for piece in rec.pieces:
-                self._probe_sub(OP_INSERT, schema, self._space(schema, piece.base), piece, now)
+                if piece.piece not in rec.acked:
+                    self.stats.retries += 1
+                    self._probe_sub(op, schema, self._space(schema, piece.base), piece, now)
         self.stats.refreshes += 1
 
     def _remove(self, sid: int, rec: _MySub, now: float) -> None:
@@ -958,10 +970,15 @@ class PubSubNode(Application):
     def _reconcile(self, now: float) -> None:
         if not (self.nodes or self.replicas):
             return
+        # Each step may change both maps under the loop: a promotion releases parked probes,
+        # whose handling (routed through this very peer when it is the root) can promote,
+        # create or hand off other nodes before the loop gets to them. Act only on what is
+        # still there, as it is now.
         for key, node in list(self.nodes.items()):
-            self._sync_replicas(key, node, now)
+            if self.nodes.get(key) is node:
+                self._sync_replicas(key, node, now)
         for key in list(self.replicas):
-            if self.dht.next_hop(self._key(*key)) is None:
+            if key in self.replicas and self.dht.next_hop(self._key(*key)) is None:
                 self._promote(key, now)
 
     def _promote(self, key: tuple[str, TreeId], now: float) -> TreeNode:

@@ -62,11 +62,13 @@ def _peer_start(args: argparse.Namespace) -> int:
         listen = previous if isinstance(previous, str) else "127.0.0.1:0"
     host, port = parse_endpoint(listen)
     contacts = [parse_endpoint(j) for j in args.join]
+    remembered = False
     if not contacts:
         known = saved.get("known_peers")
         if isinstance(known, list) and known:
             contacts = [parse_endpoint(str(k)) for k in known]
             log.info("rejoining through %d peers remembered in the state directory", len(contacts))
+            remembered = True
     dht = args.dht or saved.get("dht") or "pastry"
     if saved.get("dht") not in (None, dht):
         raise LocalProtocolError(
@@ -84,6 +86,9 @@ def _peer_start(args: argparse.Namespace) -> int:
         kademlia=kademlia,
         capacity=args.capacity,
         overlay=OverlayConfig(probe=args.probe, delivery=args.delivery),
+        # Remembered peers may all be gone for a while (a whole swarm restarting): keep trying.
+        join_retry_max_s=30.0 if remembered else 0.0,
+        alone_if_unreachable=args.alone_if_unreachable,
     )
     peer = PeerRuntime(identity, schemas, config, state=state, epoch=epoch)
 
@@ -295,6 +300,12 @@ def add_runtime_parsers(top: Any) -> None:
         "--state",
         metavar="DIR",
         help="state directory: the peer's key pair (hence its id) and whom it knew",
+    )
+    start.add_argument(
+        "--alone-if-unreachable",
+        action="store_true",
+        help="if no peer to join through answers, start a new swarm alone (default: retry "
+        "the peers remembered in --state with backoff; fail if --join peers do not answer)",
     )
     start.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
     swarm.add_dht_arguments(start, dht_default=None)

@@ -13,11 +13,13 @@ so a frame meant for whoever used to listen on a port is refused by whoever list
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,6 +147,15 @@ class Identity:
         return cls(key)
 
 
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An ``OSError`` on the state directory becomes one line that names the file."""
+    try:
+        yield
+    except OSError as exc:
+        raise LocalProtocolError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def verify(public_key: bytes, signature: bytes, data: bytes) -> bool:
     try:
         Ed25519PublicKey.from_public_bytes(public_key).verify(signature, data)
@@ -162,30 +173,40 @@ class StateDir:
 
     def load_identity(self) -> tuple[Identity, bool]:
         """The stored identity, or a new one written to disk. Returns (identity, created)."""
-        self.path.mkdir(parents=True, exist_ok=True)
         key_path = self.path / KEY_FILE
-        if key_path.exists():
-            return Identity.from_pem(key_path.read_bytes(), str(key_path)), False
-        ident = Identity.generate()
-        tmp = key_path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(ident.private_pem())
-        os.replace(tmp, key_path)
+        with _naming(key_path):
+            self.path.mkdir(parents=True, exist_ok=True)
+            if key_path.exists():
+                return Identity.from_pem(key_path.read_bytes(), str(key_path)), False
+            ident = Identity.generate()
+            tmp = key_path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(ident.private_pem())
+            os.replace(tmp, key_path)
         return ident, True
 
     def read(self) -> dict[str, object]:
+        """``peer.json`` ({} when absent or unreadable as JSON); ``LocalProtocolError`` naming
+        the file when it cannot be read at all (permissions, no descriptor left)."""
+        path = self.path / STATE_FILE
         try:
-            data = json.loads((self.path / STATE_FILE).read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+            data = json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
             return {}
+        except OSError as exc:
+            raise LocalProtocolError(f"cannot read {path}: {exc.strerror or exc}") from None
         return data if isinstance(data, dict) else {}
 
     def write(self, data: dict[str, object]) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        tmp = self.path / (STATE_FILE + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-        os.replace(tmp, self.path / STATE_FILE)
+        """Replace ``peer.json`` atomically; ``LocalProtocolError`` naming the file if the
+        directory cannot take it (read-only, full, no descriptor left)."""
+        path = self.path / STATE_FILE
+        with _naming(path):
+            self.path.mkdir(parents=True, exist_ok=True)
+            tmp = self.path / (STATE_FILE + ".tmp")
+            tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+            os.replace(tmp, path)
 
     def next_epoch(self) -> int:
         """A boot epoch larger than every earlier one of this identity (microseconds of wall

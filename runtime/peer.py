@@ -35,18 +35,21 @@ and it shares no state with the core.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import math
 import os
 import random
+import resource
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
 
 from dht.core import DHTS
-from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from dht.errors import LocalProtocolError, RangecastError, RemoteProtocolError, WireError
 from dht.kademlia import KademliaConfig, KademliaNode
 from dht.node import PastryConfig, PastryNode, State
 from dht.routing import Peer
@@ -79,6 +82,9 @@ from runtime.messages import Authed, Hello, HelloReply, Sealed, SessionOpen
 from runtime.service import ClientSession, Owner
 
 log = logging.getLogger("rangecast.peer")
+
+#: accept() errors that mean "no descriptor (or buffer) for a new connection now".
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 #: Real networks are slower and burstier than the simulator's model: a hop ack that misses its
 #: deadline declares the next hop dead for ``dead_ttl_s``, so the floor is generous.
@@ -117,6 +123,19 @@ class PeerConfig:
     seed: int | None = None
     #: How often the known peers are written to the state directory, for rejoining.
     save_every_s: float = 30.0
+    #: When no contact answers (or a join through them fails): try them again, waiting
+    #: 1, 2, 4, ... up to this many seconds between rounds, logging each; 0: give up at once.
+    join_retry_max_s: float = 0.0
+    #: When no contact answers: start a new overlay alone instead of retrying or failing.
+    alone_if_unreachable: bool = False
+    #: Descriptors kept free for links, state saves and the kademlia server: incoming
+    #: connections beyond the process's descriptor limit minus this are refused at once.
+    fd_reserve: int = 64
+    #: The heartbeat's period, and the clock jump between two wake-ups taken as a pause of
+    #: the whole process; after one, timers wait ``drain_s`` for the queued input.
+    tick_s: float = 0.5
+    pause_s: float = 2.0
+    drain_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.dht not in DHTS:
@@ -188,6 +207,16 @@ class PeerRuntime:
         self._nursery: trio.Nursery | None = None
         self._codec = codec()
         self._wire = wire_codec()
+        #: Bugs met while handling one input (logged with their traceback); the peer went on.
+        self.internal_errors = 0
+        self.save_failures = 0
+        #: Times the peer noticed it had not been able to run (``_check_pause``).
+        self.pauses = 0
+        self._alive_at = 0.0
+        self._drain_until = -math.inf
+        #: Incoming connections open now, and those refused for want of descriptors.
+        self._open_in = 0
+        self.refused_in = 0
         self._gate: Gate | None = None
         self._started = 0.0
         #: The kademlia package's server (``dht="kademlia"`` with ``kademlia_rpc``).
@@ -215,26 +244,17 @@ class PeerRuntime:
     ) -> None:
         """Listen, join through the first of ``contacts`` that answers (or start a new overlay
         if there are none), report started once the node routes, then serve until ``stop()``."""
-        listeners = await trio.open_tcp_listeners(self.cfg.port, host=self.cfg.host)
+        try:
+            listeners = await trio.open_tcp_listeners(self.cfg.port, host=self.cfg.host)
+        except OSError as exc:
+            host = f"[{self.cfg.host}]" if ":" in self.cfg.host else self.cfg.host
+            raise LocalProtocolError(
+                f"cannot listen on {host}:{self.cfg.port}: {exc.strerror or exc}"
+            ) from None
         port = listeners[0].socket.getsockname()[1]
         self.address = PeerAddress(self.identity.node_id, self.cfg.host, port)
         addr = self.address.to_bytes()
-        dht: PastryNode | KademliaNode
-        if self.cfg.dht == "kademlia":
-            dht = KademliaNode(
-                self.identity.int_id, addr, self.rng, config=self.cfg.kademlia, proximity=self._rtt
-            )
-        else:
-            dht = PastryNode(
-                self.identity.int_id, addr, self.rng, config=self.cfg.pastry, proximity=self._rtt
-            )
-        self.core = OverlayPeer(
-            dht,
-            schemas=self.schemas,
-            capacity=self.cfg.capacity,
-            rng=self.rng,
-            overlay=self.cfg.overlay,
-        )
+        self._fresh_core()
         self._gate = Gate(
             addr, self.rejections, rate_per_s=self.cfg.rate_per_s, burst=self.cfg.burst
         )
@@ -256,8 +276,11 @@ class PeerRuntime:
         assert self.address is not None
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
+            for listener in listeners:
+                nursery.start_soon(self._accept_loop, listener)
+            self._alive_at = trio.current_time()
             nursery.start_soon(self._timer_loop)
+            nursery.start_soon(self._heartbeat)
             log.info("peer %s listening on %s", self.identity.node_id.hex(), self.address.endpoint)
             await self._enter(contacts or [])
             if self.cfg.dht == "kademlia" and self.cfg.kademlia_rpc:
@@ -272,6 +295,27 @@ class PeerRuntime:
             await self._stopping.wait()
             await self._leave()
             nursery.cancel_scope.cancel()
+
+    def _fresh_core(self) -> None:
+        """A core in its initial state (at start, and before each new join attempt: a core
+        whose join failed cannot join again)."""
+        addr = self.addr
+        dht: PastryNode | KademliaNode
+        if self.cfg.dht == "kademlia":
+            dht = KademliaNode(
+                self.identity.int_id, addr, self.rng, config=self.cfg.kademlia, proximity=self._rtt
+            )
+        else:
+            dht = PastryNode(
+                self.identity.int_id, addr, self.rng, config=self.cfg.pastry, proximity=self._rtt
+            )
+        self.core = OverlayPeer(
+            dht,
+            schemas=self.schemas,
+            capacity=self.cfg.capacity,
+            rng=self.rng,
+            overlay=self.cfg.overlay,
+        )
 
     def stop(self) -> None:
         """Leave gracefully: tell the neighbours, flush the links, return from ``run``."""
@@ -291,21 +335,54 @@ class PeerRuntime:
         await self._ready.wait()
 
     async def _enter(self, contacts: list[tuple[str, int]]) -> None:
-        dht = self.dht
+        """Join through ``contacts``; if none of them gets us in, retry with backoff
+        (``join_retry_max_s``), start alone (``alone_if_unreachable``) or give up."""
         if not contacts:
-            dht.start_alone(trio.current_time())
-            self._pump()
-            log.info("started a new overlay")
+            self._start_alone("started a new overlay")
             return
+        delay = 1.0
+        while True:
+            errors = await self._join_round(contacts)
+            if errors is None:
+                return
+            why = "could not join: " + "; ".join(errors or ["no contact given"])
+            if self.cfg.alone_if_unreachable:
+                self._fresh_core()
+                self._start_alone(f"{why}; started a new overlay alone, as told")
+                return
+            if self.cfg.join_retry_max_s <= 0:
+                raise LocalProtocolError(why)
+            log.warning("%s; trying again in %.0f s", why, delay)
+            await trio.sleep(delay)
+            delay = min(2.0 * delay, self.cfg.join_retry_max_s)
+            self._fresh_core()
+
+    def _start_alone(self, message: str) -> None:
+        self.dht.start_alone(trio.current_time())
+        self._pump()
+        log.info("%s", message)
+
+    async def _join_round(self, contacts: list[tuple[str, int]]) -> list[str] | None:
+        """One pass over the contacts; None once joined, else what went wrong with each."""
         errors: list[str] = []
         for host, port in contacts:
             try:
                 hello = await hello_peer(host, port, self.cfg.connect_timeout_s)
-            except (OSError, RemoteProtocolError, trio.TooSlowError) as exc:
+            except (
+                OSError,
+                RemoteProtocolError,
+                trio.TooSlowError,
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+            ) as exc:
                 errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
                 continue
             if hello.addr == self.addr:
                 continue
+            dht = self.dht
+            if dht.state is not State.IDLE:
+                self._fresh_core()  # the previous contact's join failed: start over
+                dht = self.dht
             log.info("joining through %s", PeerAddress.from_bytes(hello.addr))
             dht.join(hello.addr, trio.current_time())
             self._pump()
@@ -318,15 +395,11 @@ class PeerRuntime:
                         len(dht.neighbours()),
                         len(dht.known_peers()),
                     )
-                    return
+                    return None
                 if dht.state is State.FAILED:
                     break
-            # The join gave up: start over with a fresh node state through the next contact.
             errors.append(f"{host}:{port}: join timed out")
-            raise LocalProtocolError(f"could not join: {'; '.join(errors)}")
-        raise LocalProtocolError(
-            "could not join: no contact answered (" + "; ".join(errors or ["none given"]) + ")"
-        )
+        return errors
 
     async def _leave(self) -> None:
         if self.core is None:
@@ -413,38 +486,55 @@ class PeerRuntime:
 
     # ------------------------------------------------------------------------------ API calls
 
+    @contextlib.contextmanager
+    def _api_barrier(self, what: str) -> Iterator[None]:
+        """The caller's mistakes (``LocalProtocolError``, ``SchemaError``) reach the caller;
+        anything else is our bug: logged and counted, and the caller gets a one-line error
+        while the peer serves on."""
+        try:
+            yield
+        except (LocalProtocolError, SchemaError):
+            raise
+        except Exception as exc:
+            self._internal_error("in %s", what, exc=exc)
+            raise LocalProtocolError(f"internal error in {what} (see the peer's log)") from None
+
     def subscribe(self, sub: Subscription, owner: Owner) -> int:
         """Install ``sub`` for ``owner``; its ``installed`` is called once every piece is
         acknowledged, its ``deliver`` for each matching event."""
-        core = self._running()
-        sid = core.overlay.subscribe(sub, trio.current_time())
-        self._owners[sid] = owner
-        self._pump()
-        return sid
+        with self._api_barrier("subscribe"):
+            core = self._running()
+            sid = core.overlay.subscribe(sub, trio.current_time())
+            self._owners[sid] = owner
+            self._pump()
+            return sid
 
     def unsubscribe(self, sid: int) -> None:
-        core = self._running()
-        if sid not in self._owners:
-            raise LocalProtocolError(f"no subscription {sid} here")
-        core.overlay.unsubscribe(sid, trio.current_time())
-        self._pump()
+        with self._api_barrier("unsubscribe"):
+            core = self._running()
+            if sid not in self._owners:
+                raise LocalProtocolError(f"no subscription {sid} here")
+            core.overlay.unsubscribe(sid, trio.current_time())
+            self._pump()
 
     def forget(self, sid: int) -> None:
         """Unsubscribe without telling the owner (it went away)."""
         if self._owners.pop(sid, None) is not None and self.core is not None:
             try:
-                self.core.overlay.unsubscribe(sid, trio.current_time())
+                with self._api_barrier("unsubscribe"):
+                    self.core.overlay.unsubscribe(sid, trio.current_time())
+                    self._pump()
             except LocalProtocolError:
                 return
-            self._pump()
 
     def publish(self, schema: str, values: dict[str, float | None]) -> int:
         """Validate ``values`` against the schema and publish; returns the event id."""
-        core = self._running()
-        sch: Schema = self.schemas.get(schema)
-        eid = core.overlay.publish(sch.name, sch.event(values), trio.current_time())
-        self._pump()
-        return eid
+        with self._api_barrier("publish"):
+            core = self._running()
+            sch: Schema = self.schemas.get(schema)
+            eid = core.overlay.publish(sch.name, sch.event(values), trio.current_time())
+            self._pump()
+            return eid
 
     async def store(self, key: str | bytes, value: bytes | str | int | float) -> bool:
         """Kademlia mode: store ``value`` under ``key`` in the Kademlia network's key/value
@@ -471,18 +561,48 @@ class PeerRuntime:
     # ------------------------------------------------------------------------------ timers
 
     async def _timer_loop(self) -> None:
-        core = self.core
-        assert core is not None
         while True:
+            core = self.core  # replaced when a failed join starts over
+            assert core is not None
             deadline = core.get_timer()
             self._timer_scope = trio.CancelScope(
                 deadline=deadline if deadline is not None else math.inf
             )
             with self._timer_scope:
                 await trio.sleep_forever()
+            core = self.core
+            assert core is not None
             now = trio.current_time()
-            core.handle_timer(now)
-            self._pump()
+            self._check_pause(now)
+            if now < self._drain_until:
+                # Just resumed: read what queued up on the connections before any deadline
+                # (a keep-alive's verdict, a hop ack's timeout) is judged.
+                await trio.sleep_until(self._drain_until)
+                now = trio.current_time()
+            try:
+                core.handle_timer(now)
+                self._pump()
+            except Exception as exc:
+                self._internal_error("in a timer", exc=exc)
+
+    async def _heartbeat(self) -> None:
+        """Notice a pause even while no core deadline is near (see ``_check_pause``)."""
+        while True:
+            await trio.sleep(self.cfg.tick_s)
+            self._check_pause(trio.current_time())
+
+    def _check_pause(self, now: float) -> None:
+        """A jump of the clock between two of our own wake-ups means the process could not run
+        (SIGSTOP, a suspended machine, starvation): tell the core, which moves its deadlines on
+        by the gap, and hold the timers for ``drain_s`` while the readers catch up."""
+        gap = now - self._alive_at
+        self._alive_at = now
+        if gap <= self.cfg.pause_s or self.core is None:
+            return
+        self.pauses += 1
+        log.warning("the peer could not run for %.1f s (paused?): deadlines move on", gap)
+        self.core.dht.resumed(gap)
+        self._drain_until = now + self.cfg.drain_s
 
     async def _save_loop(self) -> None:
         while True:
@@ -490,17 +610,20 @@ class PeerRuntime:
             self._save_state()
 
     def _save_state(self) -> None:
-        """Remember where we listened and whom we knew, to rejoin after a restart."""
+        """Remember where we listened and whom we knew, to rejoin after a restart. A save
+        that fails (a full disk, no descriptor left, a read-only directory) is logged and
+        tried again at the next period: it never ends the peer."""
         if self.state_dir is None or self.core is None or self.address is None:
             return
-        peers = [PeerAddress.from_bytes(p.addr) for p in self.core.dht.neighbours()]
-        data = self.state_dir.read()
-        data["address"] = self.address.endpoint
-        data["known_peers"] = sorted({p.endpoint for p in peers})
         try:
+            peers = [PeerAddress.from_bytes(p.addr) for p in self.core.dht.neighbours()]
+            data = self.state_dir.read()
+            data["address"] = self.address.endpoint
+            data["known_peers"] = sorted({p.endpoint for p in peers})
             self.state_dir.write(data)
-        except OSError as exc:
-            log.warning("cannot write the state directory: %s", exc)
+        except (OSError, RangecastError) as exc:
+            self.save_failures += 1
+            log.warning("cannot save the peer's state in %s: %s", self.state_dir.path, exc)
 
     # ------------------------------------------------------------------------------ outgoing
 
@@ -509,9 +632,16 @@ class PeerRuntime:
         return link.rtt_ms if link is not None else 1.0
 
     async def _link_loop(self, link: _Link) -> None:
-        async with trio.open_nursery() as watchers:
-            await self._link_send(link, watchers)
-            watchers.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as watchers:
+                await self._link_send(link, watchers)
+                watchers.cancel_scope.cancel()
+        except Exception as exc:
+            # A link is one destination's business: whatever breaks it (a transport error we
+            # did not foresee, a bug) closes that link only, never the peer.
+            self._internal_error("link to %s", link.addr, exc=exc)
+            if self._links.get(link.addr.to_bytes()) is link:
+                del self._links[link.addr.to_bytes()]
 
     async def _link_send(self, link: _Link, watchers: trio.Nursery) -> None:
         stream: trio.SocketStream | None = None
@@ -537,7 +667,15 @@ class PeerRuntime:
                                 stream = await trio.open_tcp_stream(link.addr.host, link.addr.port)
                                 link.rtt_ms = max((trio.current_time() - t0) * 1000.0, 0.05)
                                 session = await self._handshake(link, stream)
-                        except (OSError, trio.TooSlowError, RemoteProtocolError) as exc:
+                        except (
+                            OSError,
+                            trio.TooSlowError,
+                            trio.BrokenResourceError,
+                            trio.ClosedResourceError,
+                            RemoteProtocolError,
+                        ) as exc:
+                            # Whatever the far end does (refuse, accept and close, reset,
+                            # answer garbage) costs this batch and nothing else.
                             stats.connect_failures += 1
                             stats.dropped_out += len(batch)
                             link.down_until = trio.current_time() + self.cfg.retry_after_s
@@ -596,7 +734,40 @@ class PeerRuntime:
 
     # ------------------------------------------------------------------------------ incoming
 
+    async def _accept_loop(self, listener: trio.SocketListener) -> None:
+        """``trio.serve_listeners`` plus a cap: incoming connections beyond the descriptor
+        limit (minus ``fd_reserve``) are accepted and closed at once, and counted, so that a
+        crowd of idle clients cannot starve the links, the state saves or the old clients."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        cap = math.inf if soft == resource.RLIM_INFINITY else max(soft - self.cfg.fd_reserve, 8)
+        async with trio.open_nursery() as handlers:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in _OUT_OF_DESCRIPTORS:
+                        raise
+                    # Out of descriptors all the same (links, other files): the connection
+                    # waits in the backlog; try again shortly rather than spin.
+                    self.refused_in += 1
+                    self.rejections.add("accept failed: out of descriptors")
+                    await trio.sleep(0.1)
+                    continue
+                if self._open_in >= cap:
+                    self.refused_in += 1
+                    self.rejections.add("connection refused: descriptor limit")
+                    await _aclose_quietly(stream)
+                    continue
+                handlers.start_soon(self._serve_connection, stream)
+
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        self._open_in += 1
+        try:
+            await self._serve_connection_inner(stream)
+        finally:
+            self._open_in -= 1
+
+    async def _serve_connection_inner(self, stream: trio.SocketStream) -> None:
         stats = self.transport
         stats.connections_in += 1
         reader = FrameReader()
@@ -658,6 +829,9 @@ class PeerRuntime:
                 conn_nursery.cancel_scope.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
+        except Exception as exc:
+            # One connection's input (or a bug it hits) closes that connection, not the peer.
+            self._internal_error("on a connection", exc=exc)
         finally:
             if session is not None:
                 session.closed()
@@ -672,9 +846,7 @@ class PeerRuntime:
             return False
         opened = self._gate.admit_authed(link, msg, now)
         if opened is not None:
-            src, core_msg = opened
-            self.core.receive(core_msg, src, now)
-            self._pump()
+            self._feed(*opened, now)
         return True
 
     def _on_sealed(self, env: Sealed) -> None:
@@ -682,11 +854,22 @@ class PeerRuntime:
             return
         now = trio.current_time()
         opened = self._gate.open(env, now)
-        if opened is None:
-            return
-        src, msg = opened
-        self.core.receive(msg, src, now)
-        self._pump()
+        if opened is not None:
+            self._feed(*opened, now)
+
+    def _feed(self, src: bytes, msg: Message, now: float) -> None:
+        """One message into the core, behind the barrier: a bug its handling hits is logged
+        with its traceback and counted, and the peer goes on with the next message."""
+        assert self.core is not None
+        try:
+            self.core.receive(msg, src, now)
+            self._pump()
+        except Exception as exc:
+            self._internal_error("handling %s", type(msg).__name__, exc=exc)
+
+    def _internal_error(self, what: str, *args: object, exc: BaseException) -> None:
+        self.internal_errors += 1
+        log.error("internal error " + what + " (the peer carries on)", *args, exc_info=exc)
 
     def hello_reply(self) -> HelloReply:
         state = self.core.dht.state.value if self.core is not None else "idle"
@@ -775,7 +958,12 @@ class PeerRuntime:
                 "connects": self.transport.connects,
                 "connect_failures": self.transport.connect_failures,
                 "dropped_out": self.transport.dropped_out,
+                "connections_open": self._open_in,
+                "refused_connections": self.refused_in,
             },
+            "internal_errors": self.internal_errors,
+            "pauses": self.pauses,
+            "save_failures": self.save_failures,
             "dht": {
                 "delivered": dht.stats.delivered,
                 "forwarded": dht.stats.forwarded,

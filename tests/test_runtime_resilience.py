@@ -1,0 +1,411 @@
+"""A peer never dies of its input (issue 14): real peer processes on loopback, fed what killed
+them before (a Ping naming an address that accepts and closes, a heavy client, descriptor
+exhaustion, an unwritable state directory, a taken port). Afterwards every peer process must
+be alive and a subscribe/publish round must deliver exactly what the brute-force oracle says."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import resource
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from dht.messages import Ping
+from dht.wire import Handle, codec
+from pubsub.schema import THESIS_SCHEMA
+from runtime.client import ClientSubscription, connect
+from runtime.guard import Sealer, frame
+from runtime.identity import Identity, PeerAddress
+from sim.workload import thesis_workload
+
+RANGECAST = [sys.executable, "-m", "sim.cli"]
+#: This file's ports (other test files use OS-picked ports or other ranges).
+PORT_LO, PORT_HI = 7700, 7900
+
+
+def _free_base(n: int) -> int:
+    """A run of ``n`` free consecutive loopback ports inside this file's range."""
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(100):
+        base = rng.randrange(PORT_LO, PORT_HI - n)
+        ok = True
+        for port in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    pytest.skip("no free port range in 7700-7899")
+
+
+class Swarm:
+    """``n`` ``rangecast peer start`` processes, the first alone, the others joining it."""
+
+    def __init__(self, tmp: Path, n: int, *, nofile: int | None = None) -> None:
+        self.tmp = tmp
+        self.base = _free_base(n + 2)
+        self.ports = [self.base + i for i in range(n)]
+        #: Spare ports for the test's own listeners.
+        self.spare = [self.base + n, self.base + n + 1]
+        self.procs: list[subprocess.Popen[str]] = []
+        self.ids: list[bytes] = []
+        self.nofile = nofile
+        for i, port in enumerate(self.ports):
+            args = ["--listen", f"127.0.0.1:{port}", "--state", str(tmp / f"p{i}")]
+            if i:
+                args += ["--join", f"127.0.0.1:{self.base}"]
+            self.start(i, args)
+
+    def start(self, i: int, args: list[str]) -> dict[str, Any]:
+        limit = self.nofile
+
+        def lower() -> None:
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+        log = (self.tmp / f"p{i}.log").open("a")
+        proc = subprocess.Popen(
+            [*RANGECAST, "peer", "start", *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            preexec_fn=lower if limit is not None else None,
+        )
+        log.close()
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, f"peer {i} exited: {self.log(i)[-2000:]}"
+        hello = json.loads(line)
+        if i < len(self.procs):
+            self.procs[i] = proc
+        else:
+            self.procs.append(proc)
+            self.ids.append(bytes.fromhex(hello["id"]))
+        return hello
+
+    def log(self, i: int) -> str:
+        return (self.tmp / f"p{i}.log").read_text()
+
+    def address(self, i: int) -> bytes:
+        return PeerAddress(self.ids[i], "127.0.0.1", self.ports[i]).to_bytes()
+
+    def alive(self) -> list[bool]:
+        return [p.poll() is None for p in self.procs]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def swarm_factory(tmp_path: Path):  # type: ignore[no-untyped-def]
+    made: list[Swarm] = []
+
+    def make(n: int, **kw: Any) -> Swarm:
+        made.append(Swarm(tmp_path, n, **kw))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.stop()
+
+
+async def status(port: int) -> dict[str, Any]:
+    async with connect("127.0.0.1", port) as c:
+        return await c.status()
+
+
+async def wait_for(cond: Any, guard_s: float = 60.0) -> bool:
+    """Poll ``cond`` (an async predicate); the guard only keeps a broken run from hanging."""
+    with trio.move_on_after(guard_s):
+        while True:
+            with contextlib.suppress(OSError, trio.TooSlowError, Exception):
+                if await cond():
+                    return True
+            await trio.sleep(0.2)
+    return False
+
+
+async def leaf_sets_full(ports: list[int]) -> bool:
+    """Every peer's leaf set holds exactly the other peers (no stranger, nobody missing)."""
+    want = len(ports) - 1
+    for port in ports:
+        st = await status(port)
+        members = {*st["leaf_set"]["left"], *st["leaf_set"]["right"]}
+        if len(members) != want:
+            return False
+        if not {m.split("@")[-1] for m in members} <= {f"127.0.0.1:{p}" for p in ports}:
+            return False
+    return True
+
+
+async def oracle_round(ports: list[int], seed: int, n_subs: int = 30, n_events: int = 40) -> tuple:
+    """Subscribe through two peers, publish through two others; (missed, duplicates, false
+    positives) against brute-force matching."""
+    rng = random.Random(seed)
+    workload = thesis_workload(random.Random(seed + 1))
+    subs = [workload.subscription(rng) for _ in range(n_subs)]
+    events = [workload.event(rng) for _ in range(n_events)]
+    names = [a.name for a in THESIS_SCHEMA.attributes]
+    got: dict[int, Counter[int]] = {k: Counter() for k in range(len(subs))}
+    eids: list[int] = []
+
+    async def collect(k: int, sub: ClientSubscription) -> None:
+        async for d in sub:
+            got[k][d.eid] += 1
+
+    n = len(ports)
+    async with (
+        connect("127.0.0.1", ports[0]) as a,
+        connect("127.0.0.1", ports[n // 2]) as b,
+        connect("127.0.0.1", ports[1 % n]) as p1,
+        connect("127.0.0.1", ports[-1]) as p2,
+        trio.open_nursery() as readers,
+    ):
+        for k, s in enumerate(subs):
+            handle = await (a if k % 2 else b).subscribe(s.describe(THESIS_SCHEMA))
+            readers.start_soon(collect, k, handle)
+        for j, values in enumerate(events):
+            eids.append(await (p1 if j % 2 else p2).publish(dict(zip(names, values, strict=True))))
+        want = {
+            k: {e for e, v in zip(eids, events, strict=True) if s.matches(v, "strict")}
+            for k, s in enumerate(subs)
+        }
+        total = sum(len(w) for w in want.values())
+        with trio.move_on_after(60):  # a guard against a hang, not a timing assertion
+            while sum(sum(c.values()) for c in got.values()) < total:
+                await trio.sleep(0.05)
+        await trio.sleep(0.5)
+        readers.cancel_scope.cancel()
+    missed = sum(len(want[k] - set(got[k])) for k in want)
+    false = sum(len(set(got[k]) - want[k]) for k in want)
+    dups = sum(n - 1 for c in got.values() for n in c.values() if n > 1)
+    return missed, dups, false
+
+
+# ------------------------------------------------------------------------------- item 14
+
+
+async def _trap(listener: trio.SocketListener, rst: bool) -> None:
+    """Accept every connection and close it at once: with a FIN, or with an RST (linger 0)."""
+    while True:
+        stream = await listener.accept()
+        if rst:
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        stream.socket.close()
+
+
+def test_a_ping_naming_an_address_that_accepts_and_closes_kills_no_peer(swarm_factory) -> None:  # type: ignore[no-untyped-def]
+    """Before the fix one such Ping killed every peer (``BrokenResourceError`` out of the link
+    handshake). Now each peer counts a failed connect, drops the stranger as dead and serves."""
+    swarm = swarm_factory(4)
+
+    async def main() -> tuple[list[int], tuple]:
+        assert await wait_for(lambda: leaf_sets_full(swarm.ports))
+        async with trio.open_nursery() as nursery:
+            fin = (await trio.open_tcp_listeners(swarm.spare[0], host="127.0.0.1"))[0]
+            rst = (await trio.open_tcp_listeners(swarm.spare[1], host="127.0.0.1"))[0]
+            nursery.start_soon(_trap, fin, False)
+            nursery.start_soon(_trap, rst, True)
+            for i in range(len(swarm.ports)):
+                # A fresh identity (so its id is anybody's neighbour), at a trap address.
+                mallory = Identity.generate()
+                m_addr = PeerAddress(mallory.node_id, "127.0.0.1", swarm.spare[i % 2]).to_bytes()
+                ping = codec().encode(Ping(Handle(mallory.node_id, m_addr)))
+                sealed = Sealer(mallory, m_addr, 1).seal(swarm.address(i), ping)
+                async with await trio.open_tcp_stream("127.0.0.1", swarm.ports[i]) as s:
+                    await s.send_all(frame(sealed))
+            failures: list[int] = []
+
+            async def all_tried() -> bool:
+                failures[:] = [
+                    (await status(p))["transport"]["connect_failures"] for p in swarm.ports
+                ]
+                return all(f >= 1 for f in failures)
+
+            await wait_for(all_tried, 30)
+            nursery.cancel_scope.cancel()
+        # The strangers are dropped by the keep-alives; then the swarm must be whole again.
+        assert await wait_for(lambda: leaf_sets_full(swarm.ports), 60)
+        return failures, await oracle_round(swarm.ports, seed=14)
+
+    failures, oracle = trio.run(main)
+    assert swarm.alive() == [True] * 4, swarm.log(0)[-3000:]
+    assert all(f >= 1 for f in failures)
+    assert oracle == (0, 0, 0)
+
+
+# ------------------------------------------------------------------------------- item 16
+
+NOFILE = 256
+
+
+async def _crowd(swarm: Swarm, port: int, n: int, hold_s: float) -> dict[str, Any]:
+    """Hold ``n`` idle connections to the peer at ``port`` for ``hold_s`` seconds; return
+    the peer's status asked over a client connection opened before the crowd (an old one)."""
+    async with connect("127.0.0.1", port) as old:
+        streams: list[trio.SocketStream] = []
+        try:
+            for _ in range(n):
+                try:
+                    streams.append(await trio.open_tcp_stream("127.0.0.1", port))
+                except OSError:
+                    break
+            await trio.sleep(hold_s)
+            with trio.fail_after(20):
+                return await old.status()
+        finally:
+            for s in streams:
+                with contextlib.suppress(Exception):
+                    await s.aclose()
+
+
+def _descriptor_run(swarm: Swarm, hold_s: float) -> tuple[dict[str, Any], tuple, dict]:
+    async def main() -> tuple[dict[str, Any], tuple, dict]:
+        assert await wait_for(lambda: leaf_sets_full(swarm.ports))
+        st = await _crowd(swarm, swarm.ports[0], 2 * NOFILE, hold_s)
+        assert await wait_for(lambda: leaf_sets_full(swarm.ports), 60)
+        after = await status(swarm.ports[0])
+        return st, await oracle_round(swarm.ports, seed=16), after
+
+    return trio.run(main)
+
+
+def test_idle_connections_up_to_the_descriptor_limit_are_refused_not_fatal(
+    swarm_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    """Twice as many idle connections as the peer has descriptors: the excess is refused and
+    counted, the old client connection still gets its status, and the peer serves on."""
+    swarm = swarm_factory(3, nofile=NOFILE)
+    during, oracle, after = _descriptor_run(swarm, hold_s=1.0)
+    assert swarm.alive() == [True] * 3, swarm.log(0)[-3000:]
+    assert during["transport"]["refused_connections"] > 0
+    assert after["transport"]["refused_connections"] >= during["transport"]["refused_connections"]
+    assert oracle == (0, 0, 0)
+
+
+@pytest.mark.slow
+def test_descriptor_exhaustion_across_a_state_save(swarm_factory) -> None:  # type: ignore[no-untyped-def]
+    """The crowd stays past the 30 s state save (which used to end the process)."""
+    swarm = swarm_factory(3, nofile=NOFILE)
+    during, oracle, _ = _descriptor_run(swarm, hold_s=35.0)
+    assert swarm.alive() == [True] * 3, swarm.log(0)[-3000:]
+    assert during["transport"]["refused_connections"] > 0
+    assert oracle == (0, 0, 0)
+
+
+def test_an_unwritable_state_directory_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    # A directory where the state file's temporary copy goes: writing it fails even as root
+    # (for whom permission bits do not count).
+    (state / "peer.json.tmp").mkdir()
+    base = _free_base(1)
+    r = subprocess.run(
+        [*RANGECAST, "peer", "start", "--listen", f"127.0.0.1:{base}", "--state", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    errors = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and str(state / "peer.json") in errors[0], r.stderr
+
+
+# -------------------------------------------------------------------------------- item 6
+
+
+def test_a_taken_port_is_one_line_naming_the_address() -> None:
+    base = _free_base(1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", base))
+        s.listen()
+        r = subprocess.run(
+            [*RANGECAST, "peer", "start", "--listen", f"127.0.0.1:{base}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    errors = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and f"127.0.0.1:{base}" in errors[0], r.stderr
+
+
+def test_a_peer_whose_remembered_contacts_are_gone_retries_or_starts_alone(
+    tmp_path: Path,
+) -> None:
+    """Before, it exited ("could not join: no contact answered"), so a swarm could not come
+    back from its state directories. Now it keeps trying, or starts alone when told to."""
+    base = _free_base(3)
+    state = tmp_path / "state"
+    state.mkdir()
+    dead = f"127.0.0.1:{base + 2}"  # nobody listens there
+    (state / "peer.json").write_text(json.dumps({"known_peers": [dead]}))
+    log = tmp_path / "retry.log"
+    with log.open("w") as err:
+        retrying = subprocess.Popen(
+            [*RANGECAST, "peer", "start", "--listen", f"127.0.0.1:{base}", "--state", str(state)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 30  # a guard, not a timing assertion
+        while log.read_text().count("trying again") < 2:  # two rounds failed, still up
+            assert retrying.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        assert retrying.poll() is None
+    finally:
+        retrying.send_signal(signal.SIGTERM)
+        retrying.wait(timeout=20)
+    alone = subprocess.Popen(
+        [
+            *RANGECAST,
+            "peer",
+            "start",
+            "--listen",
+            f"127.0.0.1:{base + 1}",
+            "--state",
+            str(state),
+            "--alone-if-unreachable",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert alone.stdout is not None
+        hello = json.loads(alone.stdout.readline())
+        assert hello["address"] == f"127.0.0.1:{base + 1}"
+        st = trio.run(status, base + 1)
+        assert st["state"] == "ready"
+    finally:
+        alone.send_signal(signal.SIGTERM)
+        alone.wait(timeout=20)
