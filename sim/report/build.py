@@ -147,7 +147,7 @@ def build_report(
     # Everything that can be refused is refused before Spark starts (a minute of JVM and jobs).
     check_outputs(out, Path(html) if html is not None else None)
 
-    from sim.report.session import check_master, spark_session
+    from sim.report.session import check_master, discard_empty_spark_log, spark_session
 
     if spark is None:
         check_master(master)
@@ -164,6 +164,7 @@ def build_report(
     finally:
         if own:
             session.stop()
+            discard_empty_spark_log()
     spark_s = time.perf_counter() - wall0
 
     say("drawing the figures")
@@ -408,15 +409,11 @@ def run_columns(runs: Sequence[RunFigures]) -> list[dict[str, str]]:
         levels = ""
         if ov:
             levels = (
-                f"leaf probe ≤ {ov.get('max_probe_level')}; region probe levels "
-                f"{ov.get('min_level')}-{ov.get('max_level')}, p {ov.get('p')}"
+                f"{ov.get('max_probe_level')}; {ov.get('min_level')}-{ov.get('max_level')}, "
+                f"p {ov.get('p')}"
             )
         cap = p.get("capacity")
         capacity = f"{cap[0]}-{cap[1]}" if isinstance(cap, list | tuple) and len(cap) == 2 else ""
-        modes = ""
-        if run.kind == "thesis":
-            lb = "LB on" if p.get("lb") else "LB off"
-            modes = f"{p.get('probe')} probes, {p.get('delivery')} delivery, {lb}"
         rows.append(
             {
                 "run log": str(run.dir),
@@ -425,13 +422,15 @@ def run_columns(runs: Sequence[RunFigures]) -> list[dict[str, str]]:
                 "events": str(p.get("events", "")),
                 "substrate": _substrate(p),
                 "subs/node": str(p.get("subs_per_node", "")),
-                "probe / delivery / LB": modes,
-                "probe levels": levels,
+                "probes": str(p.get("probe", "")),
+                "delivery": str(p.get("delivery", "")),
+                "LB": "" if "lb" not in p else "on" if p["lb"] else "off",
+                "probe levels (leaf; region, p)": levels,
                 "capacity": capacity,
                 "latency model": run.latency_name,
-                "mean RTT (ms)": f"{run.mean_rtt_ms:.0f}" if run.mean_rtt_ms > 0 else "",
+                "RTT (ms)": f"{run.mean_rtt_ms:.0f}" if run.mean_rtt_ms > 0 else "",
                 "seed": str(p.get("seed", "")),
-                "version": f"{doc.get('rangecast', '?')} {commit[:10]}"
+                "version": f"{doc.get('rangecast', '?')} {commit[:7]}"
                 + ("+dirty" if commit.endswith("+dirty") else ""),
                 "wall": f"{wall:.1f} s" if isinstance(wall, int | float) else "",
                 "other settings": describe(other),
@@ -874,6 +873,9 @@ def _scaling(report: Report, out: Path) -> None:
     common_model = next(iter(models)) if len(models) == 1 else ""
     names = {}
     for key, diff in zip(keys, diffs, strict=True):
+        if dict(key).get("dht") == '"pastry"':
+            # Pastry routes hop by hop whatever ``lookup`` says.
+            diff = [(n, v) for n, v in diff if n != "lookup"]
         label = describe(diff) or "ours"
         if not common_model:
             any_run = next(iter(lines[key].values()))[0]

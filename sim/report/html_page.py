@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from sim.report.build import Report, Row
 
 _STYLE = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1300px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
 table { border-collapse: collapse; margin: .6em 0 1.2em; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; vertical-align: top; }
@@ -32,8 +32,9 @@ figure { display: inline-block; margin: .5em 1em 1em 0; vertical-align: top; }
 figure img { max-width: 880px; border: 1px solid #ddd; }
 figcaption { font-size: 12px; color: #444; max-width: 880px; }
 code { background: #f4f4f4; padding: 0 3px; }
-.wide { overflow-x: auto; } table.runs { font-size: 12px; } table.runs td { white-space: nowrap; }
-table.runs td:last-child { white-space: normal; }
+.wide { overflow-x: auto; } table.runs { font-size: 12px; }
+table.runs th, table.runs td { padding: 3px 5px; }
+table.runs td { white-space: nowrap; } table.runs td.wrap { white-space: normal; }
 """
 
 
@@ -74,6 +75,10 @@ def _row(r: Row) -> str:
     )
 
 
+#: Runs-table columns whose text may wrap; the others are short and stay on one line.
+_WRAP = ("substrate", "other settings")
+
+
 def _runs_table(report: Report) -> str:
     from sim.report.build import run_columns
 
@@ -86,14 +91,17 @@ def _runs_table(report: Report) -> str:
         if f.mismatches:
             verdict = f"<span class=bad>{len(f.mismatches)} of {shared} figures differ</span>"
         elif shared:
-            verdict = f"<span class=ok>all {shared} figures agree</span>"
+            verdict = f"<span class=ok>all {shared} agree</span>"
         else:
             verdict = "nothing to compare (the summary has no per-message figures)"
         tds = [f"<td class=l><code>{escape(cells['run log'])}</code></td>"]
-        tds += [f"<td class=l>{escape(cells[n])}</td>" for n in names[1:]]
+        tds += [
+            f"<td class='l{' wrap' if n in _WRAP else ''}'>{escape(cells[n])}</td>"
+            for n in names[1:]
+        ]
         rows.append(
             f"<tr class={'bad' if f.mismatches else ''}>{''.join(tds)}"
-            f"<td class=l>{verdict}</td></tr>"
+            f"<td class='l wrap'>{verdict}</td></tr>"
         )
     mism = []
     for f in report.runs:

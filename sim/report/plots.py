@@ -197,12 +197,15 @@ def distribution(
         _curve(twin, c)
     for v in [] if log_panel else vlines:
         ax.axvline(v.x, color=v.colour, ls=v.dash, lw=1.2, label=v.label)
-    ticks = edges[:-1][:: max(1, len(edges) // 9)]
+    step = max(1, len(edges) // 9)
+    # No regular tick right before the last bin's wider "≥ X" label: they would overlap.
+    ticks = [t for t in edges[:-1][::step] if more - t >= step * width - 1e-9]
     ax.set_xticks([*ticks, more + width / 2])
     ax.set_xticklabels([_fmt(t) for t in ticks] + [f"≥ {_fmt(more)}{unit}"], fontsize=8)
     ax.set_xlim(start, more + width)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(f"{counted} per bin")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _p: f"{y:,.0f}"))
     twin.set_ylim(0, 105)
     twin.yaxis.set_major_formatter(PercentFormatter(100))
     twin.set_ylabel(f"cumulative share of {counted}")
@@ -264,10 +267,11 @@ def _log_panel(
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: _fmt(x)))
     ax.set_ylim(0, 105)
     ax.yaxis.set_major_formatter(PercentFormatter(100))
-    ax.set_ylabel(f"cumulative share of {counted}")
+    # The same share as the histogram's right axis, which says what it counts right beside.
     ax.set_xlabel(f"{xlabel} (log scale)")
-    ax.set_title("against the thesis' stated values", fontsize=9)
-    ax.grid(alpha=0.3, which="both")
+    ax.set_title("the same share against the thesis' values", fontsize=9)
+    ax.grid(alpha=0.3, which="major")
+    ax.grid(alpha=0.08, which="minor")
 
 
 def rank(
@@ -301,7 +305,7 @@ def rank(
         ax.set_ylabel(f"{ylabel} (log scale)")
     else:
         ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3, which="both")
+    ax.grid(alpha=0.3, which="major")
     _legend(fig, *ax.get_legend_handles_labels())
     return _save(fig, path, title)
 
@@ -385,7 +389,9 @@ def _legend(fig: Any, handles: list[Any], labels: list[str]) -> None:
     keep = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab and lab[0] != "_"]
     if keep:
         hs, ls = zip(*keep, strict=True)
-        ncol = min(3, len(ls))
+        # As many columns as the longest label leaves room for across the figure.
+        longest = max(len(lab) for lab in ls)
+        ncol = min(len(ls), 3 if longest <= 48 else 2 if longest <= 75 else 1)
         fig.legend(hs, ls, fontsize=7.5, loc="outside lower center", ncol=ncol, frameon=False)
 
 
@@ -397,6 +403,15 @@ def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
+def _num(x: Any) -> float | None:
+    """A plotted coordinate as JSON allows it (a masked or non-finite one as None)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
 def figure_data(fig: Any) -> list[dict[str, Any]]:
     """What each axes of ``fig`` draws, in data units: lines (and steps), bars, shaded spans;
     its limits, scales, labels and tick labels."""
@@ -405,16 +420,16 @@ def figure_data(fig: Any) -> list[dict[str, Any]]:
         lines = [
             {
                 "label": str(ln.get_label()),
-                "x": [float(x) for x in ln.get_xdata()],
-                "y": [float(y) for y in ln.get_ydata()],
+                "x": [_num(x) for x in ln.get_xdata()],
+                "y": [_num(y) for y in ln.get_ydata()],
             }
             for ln in ax.get_lines()
         ]
         bars = [
             {
                 "label": str(c.get_label()),
-                "x": [float(r.get_x() + r.get_width() / 2) for r in c],
-                "height": [float(r.get_height()) for r in c],
+                "x": [_num(r.get_x() + r.get_width() / 2) for r in c],
+                "height": [_num(r.get_height()) for r in c],
             }
             for c in ax.containers
         ]
@@ -426,8 +441,8 @@ def figure_data(fig: Any) -> list[dict[str, Any]]:
                     spans.append(
                         {
                             "label": str(coll.get_label()),
-                            "x": [float(v[:, 0].min()), float(v[:, 0].max())],
-                            "y": [float(v[:, 1].min()), float(v[:, 1].max())],
+                            "x": [_num(v[:, 0].min()), _num(v[:, 0].max())],
+                            "y": [_num(v[:, 1].min()), _num(v[:, 1].max())],
                         }
                     )
         bar_rects = {id(r) for c in ax.containers for r in c}
@@ -436,8 +451,8 @@ def figure_data(fig: Any) -> list[dict[str, Any]]:
                 spans.append(
                     {
                         "label": str(p.get_label()),
-                        "x": [float(p.get_x()), float(p.get_x() + p.get_width())],
-                        "y": [float(p.get_y()), float(p.get_y() + p.get_height())],
+                        "x": [_num(p.get_x()), _num(p.get_x() + p.get_width())],
+                        "y": [_num(p.get_y()), _num(p.get_y() + p.get_height())],
                     }
                 )
         out.append(
@@ -447,8 +462,8 @@ def figure_data(fig: Any) -> list[dict[str, Any]]:
                 "ylabel": ax.get_ylabel(),
                 "xscale": ax.get_xscale(),
                 "yscale": ax.get_yscale(),
-                "xlim": [float(x) for x in ax.get_xlim()],
-                "ylim": [float(y) for y in ax.get_ylim()],
+                "xlim": [_num(x) for x in ax.get_xlim()],
+                "ylim": [_num(y) for y in ax.get_ylim()],
                 "xticklabels": [t.get_text() for t in ax.get_xticklabels()],
                 "lines": lines,
                 "bars": bars,

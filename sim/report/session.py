@@ -231,6 +231,16 @@ def spark_log_file() -> Path:
     return Path(tempfile.gettempdir()) / f"rangecast-report-spark-{os.getpid()}.log"
 
 
+def discard_empty_spark_log() -> None:
+    """Remove this process' Java log when the JVM wrote nothing (the usual case)."""
+    log = spark_log_file()
+    try:
+        if log.stat().st_size == 0:
+            log.unlink()
+    except OSError:
+        pass
+
+
 @contextmanager
 def _stderr_to(path: Path) -> Iterator[None]:
     """Point file descriptor 2 at ``path`` while the JVM is launched (the child keeps it),
