@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from array import array
 from collections.abc import Iterable, Mapping
 from importlib import metadata
@@ -306,6 +307,33 @@ class TreeSnapshots:
         )
 
 
+def source_commit() -> str | None:
+    """The git commit of the source tree this code runs from (``+dirty`` with uncommitted
+    changes), or None outside a git checkout (an installed wheel): which code made a log."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    commit = head.stdout.strip()
+    return commit + ("+dirty" if dirty.stdout.strip() else "") if commit else None
+
+
 def write_run(out: Path, kind: str, params: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
     """``run.json``: written last, so its presence means the log is complete."""
     try:
@@ -317,6 +345,7 @@ def write_run(out: Path, kind: str, params: Mapping[str, Any], summary: Mapping[
         "version": VERSION,
         "kind": kind,
         "rangecast": rangecast,
+        "commit": source_commit(),
         "params": params,
         "summary": summary,
         "latency_model": summary.get("latency_model"),

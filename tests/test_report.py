@@ -250,3 +250,258 @@ def test_report_command_end_to_end(tmp_path: Path) -> None:
     assert {f["figure"] for f in result["figures"]} == {"4.1", "4.2", "4.3", "4.4"}
     # Spark stayed quiet (--quiet silences our own progress lines).
     assert "WARN" not in proc.stderr and "INFO" not in proc.stderr, proc.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ issue 14: the report
+
+
+def _artists(fig: object) -> list[dict[str, object]]:
+    """What a matplotlib figure draws, per axes: lines, bars and shaded spans in data units,
+    the axes' limits, labels and tick labels, and where the axes sit in the figure."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Rectangle
+
+    out = []
+    for ax in fig.axes:  # type: ignore[attr-defined]
+        lines = [
+            (str(ln.get_label()), [tuple(map(float, p)) for p in ln.get_xydata()])
+            for ln in ax.get_lines()
+        ]
+        spans = []
+        for p in ax.patches:
+            if isinstance(p, Rectangle):
+                x, y, w, h = p.get_x(), p.get_y(), p.get_width(), p.get_height()
+                spans.append((x, x + w, y, y + h))
+        for c in ax.collections:
+            if isinstance(c, PolyCollection):
+                for path in c.get_paths():
+                    xs, ys = path.vertices[:, 0], path.vertices[:, 1]
+                    spans.append((xs.min(), xs.max(), ys.min(), ys.max()))
+        box = ax.get_position()
+        out.append(
+            {
+                "lines": lines,
+                "spans": spans,
+                "xlim": sorted(ax.get_xlim()),
+                "ylim": sorted(ax.get_ylim()),
+                "ylabel": ax.get_ylabel(),
+                "xticklabels": [t.get_text() for t in ax.get_xticklabels()],
+                "box": (box.x0, box.x1),
+            }
+        )
+    return out
+
+
+def _inside(ax: dict[str, object], x: float, y: float | None = None) -> bool:
+    (x0, x1), (y0, y1) = ax["xlim"], ax["ylim"]  # type: ignore[misc]
+    return x0 <= x <= x1 and (y is None or y0 <= y <= y1)
+
+
+def _has_point(drawn: list[dict[str, object]], x: float, y: float) -> bool:
+    """A drawn line goes through (x, y), and the axes show it."""
+    return any(
+        math.isclose(px, x, rel_tol=1e-6)
+        and math.isclose(py, y, rel_tol=1e-6)
+        and _inside(ax, x, y)
+        for ax in drawn
+        for _, pts in ax["lines"]  # type: ignore[attr-defined]
+        for px, py in pts
+    )
+
+
+def _has_vline(drawn: list[dict[str, object]], x: float) -> bool:
+    return any(
+        len(pts) == 2 and all(math.isclose(px, x, rel_tol=1e-6) for px, _ in pts) and _inside(ax, x)
+        for ax in drawn
+        for _, pts in ax["lines"]  # type: ignore[attr-defined]
+    )
+
+
+@pytest.fixture(scope="module")
+def substrate_report(
+    spark: object, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, object], dict[str, list[dict[str, object]]], Path]:
+    """One report over a Pastry run, a Kademlia run of the same size, and the Pastry run again
+    with one overlay knob (``p``) changed in its run.json; what every figure drew."""
+    from matplotlib.figure import Figure
+
+    base = tmp_path_factory.mktemp("substrates")
+    run_thesis(TINY, out=base / "pastry")
+    run_thesis(replace(TINY, dht="kademlia", lookup="recursive"), out=base / "kademlia")
+    shutil.copytree(base / "pastry", base / "pastry-p05")
+    doc = json.loads((base / "pastry-p05" / "run.json").read_text())
+    doc["params"]["overlay"]["p"] = 0.5
+    (base / "pastry-p05" / "run.json").write_text(json.dumps(doc))
+    drawn: dict[str, list[dict[str, object]]] = {}
+    save = Figure.savefig
+
+    def capture(self: Figure, fname: object, *args: object, **kwargs: object) -> object:
+        saved = save(self, fname, *args, **kwargs)
+        drawn[Path(str(fname)).name] = _artists(self)  # laid out once drawn
+        return saved
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Figure, "savefig", capture)
+        result = build_report(
+            [base / "pastry", base / "kademlia", base / "pastry-p05"],
+            out_dir=base / "out",
+            html=base / "out" / "report.html",
+            spark=spark,
+        )
+    return result, drawn, base
+
+
+def _drawn(report: tuple[dict, dict, Path], figure: str) -> list[list[dict[str, object]]]:
+    result, drawn, _ = report
+    return [drawn[Path(f["path"]).name] for f in result["figures"] if f["figure"] == figure]
+
+
+def test_runs_that_differ_never_merge(substrate_report: tuple[dict, dict, Path]) -> None:
+    """Item 1: Pastry and Kademlia runs of one size (and a run differing only in the overlay's
+    ``p``) are three points of Fig 4.9 and three rows of its table, never their mean."""
+    result, _, base = substrate_report
+    assert result["mismatches"] == 0
+    means = {
+        Path(r["dir"]).name: r["recomputed"]["delivery_latency_ms"]["mean"] for r in result["runs"]
+    }
+    assert means["pastry"] != means["kademlia"]
+    [fig] = _drawn(substrate_report, "4.9")
+    ours = [
+        pts
+        for ax in fig
+        for label, pts in ax["lines"]  # type: ignore[attr-defined]
+        if label.endswith("average") and "thesis" not in label
+    ]
+    assert sorted(y for pts in ours for _, y in pts) == pytest.approx(sorted(means.values()))
+    assert len(ours) == 3  # one series per setting
+    [table] = [t for t in result["tables"] if "4.9" in t["title"]]
+    rows = [r for r in table["rows"] if r["quantity"].startswith("delivery latency, mean")]
+    assert sorted(r["ours"] for r in rows) == pytest.approx(sorted(means.values()))
+    assert len({r["quantity"] for r in rows}) == 3
+    # The runs table tells the runs apart.
+    page = (base / "out" / "report.html").read_text()
+    runs_table = page.split("<h2>Runs</h2>", 1)[1].split("</table>", 1)[0]
+    cells = {
+        name: re.sub(r"<[^>]+>", " ", row)
+        for row in runs_table.split("<tr")[2:]
+        for name in means
+        if f"{name}</code>" in row
+    }
+    assert "kademlia" in cells["kademlia"] and "kademlia" not in cells["pastry"]
+    assert cells["pastry"] != cells["pastry-p05"]
+
+
+def test_thesis_values_are_drawn(substrate_report: tuple[dict, dict, Path]) -> None:
+    """Item 11: every value the thesis states is drawn, inside the axes."""
+    [f41, *_] = _drawn(substrate_report, "4.1")
+    assert _has_point(f41, 600, 70) and _has_point(f41, 1000, 90) and _has_vline(f41, 331)
+    [f43, *_] = _drawn(substrate_report, "4.3")
+    assert _has_point(f43, 400, 70) and _has_point(f43, 1000, 99) and _has_vline(f43, 333)
+    [f42, *_] = _drawn(substrate_report, "4.2")
+    assert _has_point(f42, 20, 78) and _has_point(f42, 60, 98) and _has_vline(f42, 14.32)
+    [f44, *_] = _drawn(substrate_report, "4.4")
+    for x, pct in ((1600, 70), (3000, 90), (6000, 99.3), (11000, 100)):
+        assert _has_point(f44, x, pct), (x, pct)
+    assert _has_vline(f44, 1320)
+    [f49] = _drawn(substrate_report, "4.9")
+    assert _has_point(f49, 1000, 330) and _has_point(f49, 5000, 430)
+    assert any(
+        (lo, hi) == pytest.approx((1600, 1800)) and x0 <= 1000 and x1 >= 5000
+        for ax in f49
+        for x0, x1, lo, hi in ax["spans"]  # type: ignore[attr-defined]
+    )
+    [f410] = _drawn(substrate_report, "4.10")
+    assert _has_point(f410, 1000, 1320)
+
+
+def test_captions_axes_and_legends(substrate_report: tuple[dict, dict, Path]) -> None:
+    """Item 12: captions say what is plotted and from what; y axes say what is counted; the
+    last bin says where it starts; the plot, not the legend, fills the width."""
+    result, drawn, _ = substrate_report
+    counted = {"4.1": "subscriptions", "4.2": "nodes", "4.3": "deliveries", "4.4": "nodes"}
+    for f in result["figures"]:
+        cap = f["caption"]
+        for d in f["dirs"]:
+            assert d in cap
+        assert "synthetic" in cap and "seed" in cap and len(cap) > 120, cap
+        fig = drawn[Path(f["path"]).name]
+        left = min(ax["box"][0] for ax in fig)
+        right = max(ax["box"][1] for ax in fig)
+        assert right - left >= 0.8, (f["path"], left, right)
+        for ax in fig:
+            assert ax["ylabel"].strip().lower() != "count"
+            assert "More" not in ax["xticklabels"]
+        if f["figure"] in counted:
+            labels = " ".join(ax["ylabel"] for ax in fig)
+            assert counted[f["figure"]] in labels, labels
+            ticks = [t for ax in fig for t in ax["xticklabels"] if t.startswith("≥")]
+            assert ticks, [ax["xticklabels"] for ax in fig]
+
+
+def test_runs_table_shows_every_setting(substrate_report: tuple[dict, dict, Path]) -> None:
+    """Item 13: substrate, subscriptions per node, probe levels and p, capacity, version and
+    commit, wall time, in the runs table; the commit is recorded in run.json."""
+    _, _, base = substrate_report
+    doc = json.loads((base / "kademlia" / "run.json").read_text())
+    assert "commit" in doc
+    page = (base / "out" / "report.html").read_text()
+    runs_table = page.split("<h2>Runs</h2>", 1)[1].split("</table>", 1)[0]
+    header = re.sub(r"<[^>]+>", "|", runs_table.split("</tr>", 1)[0]).lower()
+    for col in ("substrate", "subs/node", "probe levels", "capacity", "version", "wall"):
+        assert col in header, header
+    row = re.sub(r"<[^>]+>", " ", runs_table.split("kademlia</code>", 1)[1].split("</tr>", 1)[0])
+    assert "recursive" in row and "10-30" in row and "p 0.7" in row
+    assert doc["rangecast"] in row and str(doc["commit"])[:7] in row
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("case", ["bogus", "unreachable", "html", "out-dir", "no-jvm"])
+def test_report_refuses_at_once(
+    case: str, logs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 6: a bad master, a master nobody listens at, an unwritable output and a Java that
+    cannot start: one line naming what is wrong, exit 2, no traceback; outputs are checked
+    before Spark starts (no progress line about Spark)."""
+    port = _free_port()
+    args = ["report", str(logs["base"]), "--out-dir", str(tmp_path / "out")]
+    want = {
+        "bogus": "bogus://x",
+        "unreachable": f"127.0.0.1:{port}",
+        "html": "/proc/x.html",
+        "out-dir": "/proc/rangecast-report-x",
+        "no-jvm": ".log",
+    }[case]
+    if case == "bogus":
+        args += ["--master", "bogus://x"]
+    elif case == "unreachable":
+        args += ["--master", f"spark://127.0.0.1:{port}"]
+    elif case == "html":
+        args += ["--html", "/proc/x.html"]
+    elif case == "out-dir":
+        args[-1] = "/proc/rangecast-report-x"
+    else:
+        # A "Java 17" that fails at once: Spark cannot start its JVM.
+        home = tmp_path / "jdk"
+        (home / "bin").mkdir(parents=True)
+        java = home / "bin" / "java"
+        java.write_text(
+            '#!/bin/sh\nif [ "$1" = "-version" ]; then echo \'openjdk version "17.0.9"\' >&2;'
+            ' exit 0; fi\necho "Error: this Java is broken" >&2\nexit 1\n'
+        )
+        java.chmod(0o755)
+        monkeypatch.setenv("JAVA_HOME", str(home))
+    proc = _cli(*args)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert want in lines[0] and "Traceback" not in proc.stderr
+    if case == "no-jvm":
+        log = Path(re.findall(r"(/\S+\.log)", lines[0])[0])
+        assert "this Java is broken" in log.read_text()

@@ -77,7 +77,8 @@ def add_report_parser(top: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument(
         "--master",
         default=DEFAULT_MASTER,
-        help="Spark master URL (local[N], spark://host:port, ...); a cluster must see the DIRs",
+        help="Spark master URL: local, local[N], local[*], spark://host:port (must answer "
+        "within 3 s), yarn, k8s://...; a cluster must see the DIRs",
     )
     p.add_argument(
         "--out-dir", default="rangecast-report", metavar="PATH", help="where the PNGs go"

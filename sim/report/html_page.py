@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from sim.report.build import Report, Row
 
 _STYLE = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1300px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
 table { border-collapse: collapse; margin: .6em 0 1.2em; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; vertical-align: top; }
@@ -32,6 +32,9 @@ figure { display: inline-block; margin: .5em 1em 1em 0; vertical-align: top; }
 figure img { max-width: 880px; border: 1px solid #ddd; }
 figcaption { font-size: 12px; color: #444; max-width: 880px; }
 code { background: #f4f4f4; padding: 0 3px; }
+.wide { overflow-x: auto; } table.runs { font-size: 12px; }
+table.runs th, table.runs td { padding: 3px 5px; }
+table.runs td { white-space: nowrap; } table.runs td.wrap { white-space: normal; }
 """
 
 
@@ -72,26 +75,33 @@ def _row(r: Row) -> str:
     )
 
 
+#: Runs-table columns whose text may wrap; the others are short and stay on one line.
+_WRAP = ("substrate", "other settings")
+
+
 def _runs_table(report: Report) -> str:
+    from sim.report.build import run_columns
+
+    columns = run_columns(report.runs)
+    names = list(columns[0]) if columns else []
     rows = []
-    for f in report.runs:
+    for f, cells in zip(report.runs, columns, strict=True):
         run = f.run
         shared = sum(1 for _ in _leaf_count(f.recomputed, run.summary))
         if f.mismatches:
             verdict = f"<span class=bad>{len(f.mismatches)} of {shared} figures differ</span>"
         elif shared:
-            verdict = f"<span class=ok>all {shared} figures agree</span>"
+            verdict = f"<span class=ok>all {shared} agree</span>"
         else:
             verdict = "nothing to compare (the summary has no per-message figures)"
-        p = run.params
-        keys = ("nodes", "events", "probe", "lb", "delivery", "seed", "subscribers", "lookups")
-        params = ", ".join(f"{k}={p[k]}" for k in keys if k in p)
-        rtt = run.mean_rtt_ms
+        tds = [f"<td class=l><code>{escape(cells['run log'])}</code></td>"]
+        tds += [
+            f"<td class='l{' wrap' if n in _WRAP else ''}'>{escape(cells[n])}</td>"
+            for n in names[1:]
+        ]
         rows.append(
-            f"<tr class={'bad' if f.mismatches else ''}><td class=l><code>{escape(str(run.dir))}"
-            f"</code></td><td class=l>{escape(run.kind)}</td><td class=l>{escape(params)}</td>"
-            f"<td class=l>{escape(run.latency_name)}</td><td>{_num(rtt)}</td>"
-            f"<td class=l>{verdict}</td></tr>"
+            f"<tr class={'bad' if f.mismatches else ''}>{''.join(tds)}"
+            f"<td class='l wrap'>{verdict}</td></tr>"
         )
     mism = []
     for f in report.runs:
@@ -102,10 +112,10 @@ def _runs_table(report: Report) -> str:
                 f"<td>{escape(str(m.get('recomputed')))}</td>"
                 f"<td>{escape(str(m.get('summary')))}</td></tr>"
             )
+    head = "".join(f"<th class=l>{escape(n)}</th>" for n in names)
     out = (
-        "<table><tr><th class=l>run log</th><th class=l>kind</th><th class=l>parameters</th>"
-        "<th class=l>latency model</th><th>mean RTT (ms)</th>"
-        "<th class=l>recomputed vs the run's summary</th></tr>" + "".join(rows) + "</table>"
+        f"<div class=wide><table class=runs><tr>{head}"
+        "<th class=l>recomputed vs the run's summary</th></tr>" + "".join(rows) + "</table></div>"
     )
     if mism:
         out += (
@@ -163,11 +173,11 @@ def write_html(report: Report, path: Path, spark: dict[str, Any]) -> Path:
     parts.append("<h2>Figures</h2>")
     for fig in report.figures:
         src = os.path.relpath(fig.path.resolve(), base)
-        caption = fig.title + (f" ({fig.caption})" if fig.caption else "")
+        caption = fig.caption or fig.title
         parts.append(
             f"<figure><img src='{escape(Path(src).as_posix(), quote=True)}' "
-            f"alt='{escape(fig.title, quote=True)}'><figcaption>{escape(caption)}<br>"
-            f"<code>{escape(', '.join(fig.dirs))}</code></figcaption></figure>"
+            f"alt='{escape(fig.title, quote=True)}'><figcaption>{escape(caption)}"
+            "</figcaption></figure>"
         )
     if not report.figures:
         parts.append("<p>No thesis run among the logs: nothing to plot.</p>")

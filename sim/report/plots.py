@@ -1,10 +1,15 @@
 """The thesis' figures, drawn from the report's figures with matplotlib (Agg: no display).
 
-The thesis' Chapter 4 charts are spreadsheet charts: a histogram (count per bin, a last "More"
-bin for the tail) under a cumulative-percentage line on a second axis, per-node rank curves, and
-value-against-network-size lines. The same shapes here, so a reader can hold them side by side;
-the thesis' stated points are marked where they fall inside our axes, both as published (King,
-mean RTT 180 ms) and, for latencies, scaled to our model's mean RTT.
+The thesis' Chapter 4 charts are spreadsheet charts: a histogram (count per bin, a last bin for
+the tail) under a cumulative-percentage line on a second axis, per-node rank curves, and
+value-against-network-size lines. The same shapes here, so a reader can hold them side by side,
+with every value the thesis states drawn on axes wide enough to hold it: latencies on the
+histogram's own axis (as published, King, mean RTT 180 ms, and scaled to our model's mean RTT);
+bytes, which Java serialisation made several times ours, on a second, logarithmic panel.
+
+Every function returns a ``Drawn``: the PNG's path and what its axes hold (lines, bars, shaded
+spans in data units, limits and labels), read back from the matplotlib artists, which the report
+writes next to the PNGs (``figures.json``) for anyone who wants the numbers behind a figure.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -21,13 +27,15 @@ matplotlib.use("Agg")
 
 # The backend is chosen before pyplot loads (pyplot would pick an interactive one).
 import matplotlib.pyplot as plt
-from matplotlib.ticker import PercentFormatter
+from matplotlib.axes import Axes
+from matplotlib.collections import PolyCollection
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import FuncFormatter, PercentFormatter
 
 COLOURS = ("#1f4e9c", "#c0392b", "#2e8b57", "#8e44ad", "#d68910", "#34495e")
+THESIS = "#222222"
 DPI = 110
-FIG_W = 11.0
-#: Where the legend column starts, as a fraction of the figure's width.
-LEGEND_X = 0.75
+FIG_W = 10.0
 
 
 @dataclass
@@ -78,13 +86,17 @@ class Dist:
 
 
 @dataclass
-class Marker:
-    """A published point on a cumulative curve: ``pct`` percent at or below ``x``."""
+class Curve:
+    """Published points of a cumulative curve: ``pct`` percent of the values at or below ``x``.
 
-    x: float
-    pct: float
+    The thesis states a few such points per figure; they are drawn as markers joined by a
+    dotted line (the join only guides the eye: the thesis gives nothing between them).
+    """
+
     label: str
-    style: str = "o"
+    points: list[tuple[float, float]]
+    colour: str = THESIS
+    marker: str = "o"
 
 
 @dataclass
@@ -101,6 +113,14 @@ class Scaled:
 
     factor: float
     label: str
+
+
+@dataclass
+class Drawn:
+    """A figure written: its PNG and the data its axes show."""
+
+    path: Path
+    data: list[dict[str, Any]]
 
 
 def _nice(raw: float) -> float:
@@ -120,18 +140,38 @@ def distribution(
     xlabel: str,
     series: Sequence[Dist],
     *,
-    markers: Sequence[Marker] = (),
+    counted: str,
+    unit: str,
+    curves: Sequence[Curve] = (),
     vlines: Sequence[VLine] = (),
     top_axis: Scaled | None = None,
-    note: str = "",
-) -> Path:
-    """Histogram bars (count per bin, a last bin for everything beyond) under cumulative lines."""
+    log_panel: bool = False,
+) -> Drawn:
+    """Histogram bars (``counted`` per bin, a last bin for everything from its start on) under
+    cumulative lines, with the published ``curves`` and ``vlines``.
+
+    Without ``log_panel`` everything shares one axis, widened to hold every published value.
+    With it (bytes: the thesis' are several times ours), the histogram keeps our own range and
+    a second panel puts our cumulative curves next to the published values on a log axis.
+    """
     series = [s for s in series if s.n]
-    fig, ax = plt.subplots(figsize=(FIG_W, 4.6))
+    ncols = 2 if log_panel else 1
+    fig, axes = plt.subplots(
+        1,
+        ncols,
+        figsize=(FIG_W, 4.8),
+        layout="constrained",
+        width_ratios=(3, 2) if log_panel else None,
+        squeeze=False,
+    )
+    ax: Axes = axes[0][0]
     if not series:
         ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes)
         return _save(fig, path, title)
     upper = max(s.quantile(0.995) for s in series)
+    if not log_panel:
+        # Wide enough for the published points and lines, which may lie beyond our tail.
+        upper = max([upper, *(x for c in curves for x, _ in c.points), *(v.x for v in vlines)])
     width = _nice(upper / 24)
     width = max(width, max(s.bin_width for s in series))
     nbins = max(1, math.ceil(upper / width))
@@ -143,7 +183,7 @@ def distribution(
     twin = ax.twinx()
     for k, s in enumerate(series):
         colour = COLOURS[k % len(COLOURS)]
-        counts = [0] * len(edges)  # the last is "more"
+        counts = [0] * len(edges)  # the last: everything from ``more`` on
         for x, c in s.points:
             idx = len(edges) - 1 if x >= more else int((x - start) // width)
             counts[max(0, idx)] += c
@@ -152,21 +192,23 @@ def distribution(
         xs, ys = s.cdf()
         capped = [min(x, more + width) for x in xs]
         twin.step(capped, ys, where="post", color=colour, lw=1.8, label=f"{s.label}, cumulative")
-    for m in markers:
-        if m.x <= more + width:
-            twin.plot([m.x], [m.pct], m.style, color="black", ms=7, mfc="none", label=m.label)
-    for v in vlines:
-        if v.x <= more + width:
-            ax.axvline(v.x, color=v.colour, ls=v.dash, lw=1.2, label=v.label)
-    ticks = edges[:-1][:: max(1, len(edges) // 10)]
+    here = [] if log_panel else list(curves)
+    for c in here:
+        _curve(twin, c)
+    for v in [] if log_panel else vlines:
+        ax.axvline(v.x, color=v.colour, ls=v.dash, lw=1.2, label=v.label)
+    step = max(1, len(edges) // 9)
+    # No regular tick right before the last bin's wider "≥ X" label: they would overlap.
+    ticks = [t for t in edges[:-1][::step] if more - t >= step * width - 1e-9]
     ax.set_xticks([*ticks, more + width / 2])
-    ax.set_xticklabels([_fmt(t) for t in ticks] + ["More"], fontsize=8)
+    ax.set_xticklabels([_fmt(t) for t in ticks] + [f"≥ {_fmt(more)}{unit}"], fontsize=8)
     ax.set_xlim(start, more + width)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("count")
+    ax.set_ylabel(f"{counted} per bin")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _p: f"{y:,.0f}"))
     twin.set_ylim(0, 105)
     twin.yaxis.set_major_formatter(PercentFormatter(100))
-    twin.set_ylabel("cumulative")
+    twin.set_ylabel(f"cumulative share of {counted}")
     if top_axis is not None:
         f = top_axis.factor
         top = ax.secondary_xaxis("top", functions=(lambda x: x / f, lambda x: x * f))
@@ -174,10 +216,62 @@ def distribution(
         top.tick_params(labelsize=8)
     handles, labels = ax.get_legend_handles_labels()
     h2, l2 = twin.get_legend_handles_labels()
+    if log_panel:
+        right: Axes = axes[0][1]
+        _log_panel(right, series, curves, vlines, counted, xlabel)
+        h3, l3 = right.get_legend_handles_labels()
+        # Ours appear on both panels: one legend entry each.
+        h2, l2 = (
+            h2 + [h for h, lab in zip(h3, l3, strict=True) if lab not in l2],
+            l2 + [lab for lab in l3 if lab not in l2],
+        )
     _legend(fig, handles + h2, labels + l2)
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=7, color="#444444")
     return _save(fig, path, title)
+
+
+def _curve(ax: Axes, c: Curve) -> None:
+    xs, ys = zip(*c.points, strict=True)
+    ax.plot(
+        xs, ys, ls=":", marker=c.marker, color=c.colour, ms=7, mfc="none", lw=1.2, label=c.label
+    )
+
+
+def _log_panel(
+    ax: Axes,
+    series: Sequence[Dist],
+    curves: Sequence[Curve],
+    vlines: Sequence[VLine],
+    counted: str,
+    xlabel: str,
+) -> None:
+    """Our cumulative curves and the published values on one logarithmic axis."""
+    xs_all: list[float] = []
+    for k, s in enumerate(series):
+        xs, ys = s.cdf()
+        pos = [(x, y) for x, y in zip(xs, ys, strict=True) if x > 0]
+        if not pos:
+            continue
+        px, py = zip(*pos, strict=True)
+        xs_all += px
+        ax.step(px, py, where="post", color=COLOURS[k % len(COLOURS)], lw=1.8)
+    for c in curves:
+        _curve(ax, c)
+        xs_all += [x for x, _ in c.points]
+    for v in vlines:
+        ax.axvline(v.x, color=v.colour, ls=v.dash, lw=1.2, label=v.label)
+        xs_all.append(v.x)
+    pos_x = [x for x in xs_all if x > 0]
+    if pos_x:
+        ax.set_xscale("log")
+        ax.set_xlim(min(pos_x) / 1.6, max(pos_x) * 1.6)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: _fmt(x)))
+    ax.set_ylim(0, 105)
+    ax.yaxis.set_major_formatter(PercentFormatter(100))
+    # The same share as the histogram's right axis, which says what it counts right beside.
+    ax.set_xlabel(f"{xlabel} (log scale)")
+    ax.set_title("the same share against the thesis' values", fontsize=9)
+    ax.grid(alpha=0.3, which="major")
+    ax.grid(alpha=0.08, which="minor")
 
 
 def rank(
@@ -187,23 +281,32 @@ def rank(
     series: Sequence[tuple[str, Sequence[float]]],
     *,
     top: int | None = None,
-    note: str = "",
-) -> Path:
-    """Per-node values, busiest first: x is the node's rank, y its value."""
-    fig, ax = plt.subplots(figsize=(FIG_W, 4.4))
+    published: Sequence[tuple[str, int, float, str]] = (),
+) -> Drawn:
+    """Per-node values, busiest first: x is the node's rank, y its value. ``published``:
+    (label, rank, value, colour) points from the thesis; the y axis turns logarithmic when
+    they lie far above ours (Java-serialised bytes)."""
+    fig, ax = plt.subplots(figsize=(FIG_W, 4.6), layout="constrained")
+    peak = 0.0
     for k, (label, values) in enumerate(series):
         ys = sorted(values, reverse=True)[:top] if top else sorted(values, reverse=True)
         xs = list(range(1, len(ys) + 1))
+        peak = max([peak, *ys])
         style = dict(marker="o", ms=2.5) if top and top <= 150 else {}
         ax.plot(xs, ys, color=COLOURS[k % len(COLOURS)], lw=1.4, label=label, **style)
+    for label, r, value, colour in published:
+        ax.plot([r], [value], "D", color=colour, mfc="none", ms=9, label=label)
     ax.set_xlabel("rank (nodes, busiest first)")
     ax.set_ylabel(ylabel)
     ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
+    if published and peak > 0 and max(v for _, _, v, _ in published) > 3 * peak:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _p: _fmt(x)))
+        ax.set_ylabel(f"{ylabel} (log scale)")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, which="major")
     _legend(fig, *ax.get_legend_handles_labels())
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=7, color="#444444")
     return _save(fig, path, title)
 
 
@@ -223,13 +326,18 @@ def scaling(
     peak: Sequence[Line],
     *,
     twin_ylabel: str | None = None,
-    paper_avg: Sequence[tuple[int, float]] = (),
-    paper_band: tuple[float, float] | None = None,
-    note: str = "",
-) -> Path:
+    paper_avg: Sequence[Line] = (),
+    paper_band: tuple[float, float, float, float] | None = None,
+) -> Drawn:
     """Average (solid) and maximum (dashed) against network size; with ``twin_ylabel`` the
-    maxima get their own axis on the right (Fig 4.10), else they share the left one (Fig 4.9)."""
-    fig, ax = plt.subplots(figsize=(FIG_W, 4.6))
+    maxima get their own axis on the right (Fig 4.10), else they share the left one (Fig 4.9).
+
+    ``paper_avg``: the thesis' averages (and the same scaled), drawn as they are stated;
+    ``paper_band``: (first size, last size, low, high), the thesis' range for the maximum.
+    The x axis holds our sizes and the thesis' (1,000-5,000): logarithmic when they are far
+    apart, so neither is squeezed against the edge.
+    """
+    fig, ax = plt.subplots(figsize=(FIG_W, 4.8), layout="constrained")
     ax2 = ax.twinx() if twin_ylabel else ax
     sizes: set[int] = set()
     for k, line in enumerate(avg):
@@ -240,16 +348,26 @@ def scaling(
         xs, ys = zip(*sorted(line.points), strict=True) if line.points else ((), ())
         sizes.update(xs)
         ax2.plot(xs, ys, "--s", color=COLOURS[k % len(COLOURS)], label=f"{line.label}: maximum")
-    # The thesis' sizes (1,000-5,000) are drawn only when ours reach near them: a sweep of
-    # small networks would otherwise be squeezed against the axis.
-    if sizes:
-        paper_avg = [(x, y) for x, y in paper_avg if min(sizes) / 1.5 <= x <= max(sizes) * 1.5]
-    if paper_avg:
-        px, py = zip(*paper_avg, strict=True)
-        ax.plot(px, py, "kD", mfc="none", ms=8, label="thesis: average (King)")
+    for k, line in enumerate(paper_avg):
+        px, py = zip(*line.points, strict=True)
+        sizes.update(px)
+        ax.plot(px, py, ":D" if k == 0 else ":^", color=THESIS, mfc="none", ms=8, label=line.label)
     if paper_band:
-        ax2.axhspan(*paper_band, color="#999999", alpha=0.2, label="thesis: maximum (King)")
-    ax.set_xticks(sorted(sizes | {x for x, _ in paper_avg}))
+        lo_n, hi_n, lo, hi = paper_band
+        sizes.update((int(lo_n), int(hi_n)))
+        ax2.fill_between(
+            [lo_n, hi_n], lo, hi, color="#999999", alpha=0.25, label="thesis (King): maximum"
+        )
+    if sizes and max(sizes) > 8 * min(sizes):
+        ax.set_xscale("log")
+        ax.set_xlim(min(sizes) / 1.25, max(sizes) * 1.25)
+    elif sizes:
+        pad = 0.06 * (max(sizes) - min(sizes) or max(sizes))
+        ax.set_xlim(min(sizes) - pad, max(sizes) + pad)
+    ax.set_xticks(sorted(sizes))
+    ax.set_xticks([], minor=True)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: f"{x:,.0f}"))
+    ax.tick_params(axis="x", labelsize=8)
     ax.set_xlabel("network size (nodes)")
     ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
@@ -262,28 +380,105 @@ def scaling(
         h2, l2 = ax2.get_legend_handles_labels()
         handles, labels = handles + h2, labels + l2
     _legend(fig, handles, labels)
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=7, color="#444444")
     return _save(fig, path, title)
 
 
-def _legend(fig: plt.Figure, handles: list, labels: list[str]) -> None:
-    """The legend in its own column right of the plot, so it hides no data."""
+def _legend(fig: Any, handles: list[Any], labels: list[str]) -> None:
+    """The legend under the plot, in columns: it hides no data and takes a strip of the
+    height, not a third of the width."""
     keep = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab and lab[0] != "_"]
     if keep:
         hs, ls = zip(*keep, strict=True)
-        fig.legend(hs, ls, fontsize=7, loc="upper left", bbox_to_anchor=(LEGEND_X, 0.86))
+        # As many columns as the longest label leaves room for across the figure.
+        longest = max(len(lab) for lab in ls)
+        ncol = min(len(ls), 3 if longest <= 48 else 2 if longest <= 75 else 1)
+        fig.legend(hs, ls, fontsize=7.5, loc="outside lower center", ncol=ncol, frameon=False)
 
 
 def _fmt(x: float) -> str:
-    return f"{x:g}" if abs(x) < 1e5 else f"{x:.3g}"
+    if abs(x) >= 1e5:
+        return f"{x:.3g}"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:g}"
 
 
-def _save(fig: plt.Figure, path: Path, title: str) -> Path:
+def _num(x: Any) -> float | None:
+    """A plotted coordinate as JSON allows it (a masked or non-finite one as None)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def figure_data(fig: Any) -> list[dict[str, Any]]:
+    """What each axes of ``fig`` draws, in data units: lines (and steps), bars, shaded spans;
+    its limits, scales, labels and tick labels."""
+    out = []
+    for ax in fig.axes:
+        lines = [
+            {
+                "label": str(ln.get_label()),
+                "x": [_num(x) for x in ln.get_xdata()],
+                "y": [_num(y) for y in ln.get_ydata()],
+            }
+            for ln in ax.get_lines()
+        ]
+        bars = [
+            {
+                "label": str(c.get_label()),
+                "x": [_num(r.get_x() + r.get_width() / 2) for r in c],
+                "height": [_num(r.get_height()) for r in c],
+            }
+            for c in ax.containers
+        ]
+        spans = []
+        for coll in ax.collections:
+            if isinstance(coll, PolyCollection):
+                for p in coll.get_paths():
+                    v = p.vertices
+                    spans.append(
+                        {
+                            "label": str(coll.get_label()),
+                            "x": [_num(v[:, 0].min()), _num(v[:, 0].max())],
+                            "y": [_num(v[:, 1].min()), _num(v[:, 1].max())],
+                        }
+                    )
+        bar_rects = {id(r) for c in ax.containers for r in c}
+        for p in ax.patches:
+            if isinstance(p, Rectangle) and id(p) not in bar_rects:
+                spans.append(
+                    {
+                        "label": str(p.get_label()),
+                        "x": [_num(p.get_x()), _num(p.get_x() + p.get_width())],
+                        "y": [_num(p.get_y()), _num(p.get_y() + p.get_height())],
+                    }
+                )
+        out.append(
+            {
+                "title": ax.get_title(),
+                "xlabel": ax.get_xlabel(),
+                "ylabel": ax.get_ylabel(),
+                "xscale": ax.get_xscale(),
+                "yscale": ax.get_yscale(),
+                "xlim": [_num(x) for x in ax.get_xlim()],
+                "ylim": [_num(y) for y in ax.get_ylim()],
+                "xticklabels": [t.get_text() for t in ax.get_xticklabels()],
+                "lines": lines,
+                "bars": bars,
+                "spans": spans,
+            }
+        )
+    return out
+
+
+def _save(fig: Any, path: Path, title: str) -> Drawn:
     """``title``: the figure's name, then `` - `` and what the run was (a second line)."""
     fig.suptitle(title.replace(" - ", "\n", 1), fontsize=10)
-    fig.tight_layout(rect=(0, 0.03, LEGEND_X - 0.01, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)
+    # Read back after drawing: tick labels and limits are final only once the figure is laid out.
+    data = figure_data(fig)
     plt.close(fig)
-    return path
+    return Drawn(path, data)

@@ -15,10 +15,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,6 +60,44 @@ logger.jetty.level = error
 
 class ReportError(RangecastError):
     """The report cannot run (no Java, no pyspark, an unreadable run log)."""
+
+
+# The master URLs Spark 3.5 accepts (SparkContext.createTaskScheduler and spark-submit):
+# local, local[N], local[*], local[N,F], local[*,F], local-cluster[N,C,M], spark://h:p[,h:p],
+# yarn, k8s://..., mesos://h:p. Anything else fails deep in the JVM with a Java traceback.
+_HOSTPORT = r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):\d{1,5}"
+_MASTERS = (
+    r"local",
+    r"local\[(?:\d+|\*)\]",
+    r"local\[(?:\d+|\*)\s*,\s*\d+\]",
+    r"local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]",
+    rf"spark://{_HOSTPORT}(?:,{_HOSTPORT})*",
+    r"yarn",
+    r"k8s://\S+",
+    rf"mesos://{_HOSTPORT}",
+)
+_MASTER_FORMS = "local, local[N], local[*], spark://host:port, yarn, k8s://https://host:port"
+#: How long a spark:// master may take to accept a TCP connection before we give up.
+CONNECT_TIMEOUT_S = 3.0
+
+
+def check_master(master: str) -> None:
+    """Refuse, in one line, a master URL Spark would not accept, and a ``spark://`` master
+    nothing answers at (Spark itself retries for a minute, then prints Java traceback)."""
+    if not any(re.fullmatch(form, master) for form in _MASTERS):
+        raise ReportError(f"--master {master}: not a Spark master URL (use {_MASTER_FORMS})")
+    if not master.startswith("spark://"):
+        return
+    problems = []
+    for hostport in master[len("spark://") :].split(","):
+        host, _, port = hostport.rpartition(":")
+        host = host.strip("[]")
+        try:
+            with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
+                return  # one live master of the list is enough (standalone HA)
+        except OSError as exc:
+            problems.append(f"{host}:{port} ({exc.strerror or exc})")
+    raise ReportError(f"--master {master}: no Spark master answers at {', '.join(problems)}")
 
 
 def java_major(java: str) -> int | None:
@@ -172,6 +212,55 @@ def spark_session(
         )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    log = spark_log_file()
+    try:
+        with _stderr_to(log):
+            # The JVM is started here and inherits this stderr for its whole life: its
+            # errors go to the log file, not in Java tracebacks across the user's terminal.
+            spark = builder.getOrCreate()
+    except Exception as exc:
+        raise ReportError(
+            f"Spark did not start (master {master}): {_last_line(exc)}; Java's output is in {log}"
+        ) from exc
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def spark_log_file() -> Path:
+    """Where the JVM's stderr goes: one file per report process, in the temp directory."""
+    return Path(tempfile.gettempdir()) / f"rangecast-report-spark-{os.getpid()}.log"
+
+
+def discard_empty_spark_log() -> None:
+    """Remove this process' Java log when the JVM wrote nothing (the usual case)."""
+    log = spark_log_file()
+    try:
+        if log.stat().st_size == 0:
+            log.unlink()
+    except OSError:
+        pass
+
+
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` while the JVM is launched (the child keeps it),
+    then give this process its own stderr back."""
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _last_line(exc: BaseException) -> str:
+    """The gist of a Spark or Py4J error: its last non-empty line, without Java frames."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("at ")]
+    text = lines[-1] if lines else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."

@@ -100,6 +100,7 @@ class RunLog:
         if self.kind == "thesis":
             bits = [
                 f"n{p.get('nodes')}",
+                str(p.get("dht", "pastry")),
                 str(p.get("probe", "unicast")),
                 "lb" if p.get("lb") else "nolb",
                 str(p.get("delivery", "unicast")),
