@@ -57,7 +57,15 @@ def _free_base(n: int) -> int:
 class Swarm:
     """``n`` ``rangecast peer start`` processes, the first alone, the others joining it."""
 
-    def __init__(self, tmp: Path, n: int, *, nofile: int | None = None) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        n: int,
+        *,
+        nofile: int | None = None,
+        env: dict[int, dict[str, str]] | None = None,
+        extra: list[str] | None = None,
+    ) -> None:
         self.tmp = tmp
         self.base = _free_base(n + 2)
         self.ports = [self.base + i for i in range(n)]
@@ -66,8 +74,10 @@ class Swarm:
         self.procs: list[subprocess.Popen[str]] = []
         self.ids: list[bytes] = []
         self.nofile = nofile
+        #: Extra environment per peer index (the test-only knobs of docs/runtime.md).
+        self.env = env or {}
         for i, port in enumerate(self.ports):
-            args = ["--listen", f"127.0.0.1:{port}", "--state", str(tmp / f"p{i}")]
+            args = ["--listen", f"127.0.0.1:{port}", "--state", str(tmp / f"p{i}"), *(extra or [])]
             if i:
                 args += ["--join", f"127.0.0.1:{self.base}"]
             self.start(i, args)
@@ -86,6 +96,7 @@ class Swarm:
             stderr=log,
             text=True,
             preexec_fn=lower if limit is not None else None,
+            env={**os.environ, **self.env.get(i, {})},
         )
         log.close()
         assert proc.stdout is not None
@@ -409,3 +420,43 @@ def test_a_peer_whose_remembered_contacts_are_gone_retries_or_starts_alone(
     finally:
         alone.send_signal(signal.SIGTERM)
         alone.wait(timeout=20)
+
+
+# ------------------------------------------------------------------------------- item 15
+
+
+def test_an_internal_error_in_one_message_is_counted_and_the_peer_serves_on(
+    swarm_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    """The barrier itself, in a real process: peer 1's handling of its first keep-alive
+    ``Ping`` raises (``RANGECAST_TEST_FAULT``, a test-only knob no network input reaches).
+    Before the barrier, any exception out of the core ended the process (item 15's
+    ``KeyError`` in ``_promote`` did). Now the peer logs the traceback, counts it, shows it
+    in ``peer status`` and serves a correct subscribe/publish round."""
+    swarm = swarm_factory(3, env={1: {"RANGECAST_TEST_FAULT": "Ping:1"}})
+
+    async def main() -> tuple[tuple, dict[str, Any]]:
+        async def faulted() -> bool:
+            return (await status(swarm.ports[1]))["internal_errors"] >= 1
+
+        assert await wait_for(faulted, 30)
+        assert await wait_for(lambda: leaf_sets_full(swarm.ports), 60)
+        oracle = await oracle_round(swarm.ports, seed=15)
+        return oracle, await status(swarm.ports[1])
+
+    oracle, st = trio.run(main)
+    assert swarm.alive() == [True] * 3, swarm.log(1)[-3000:]
+    assert st["internal_errors"] == 1
+    log = swarm.log(1)
+    assert "internal error handling Ping (the peer carries on)" in log
+    assert "Traceback" in log and "RANGECAST_TEST_FAULT" in log
+    assert oracle == (0, 0, 0)
+    # The text form of ``peer status`` shows the counter (item 15's acceptance: visible).
+    text = subprocess.run(
+        [*RANGECAST, "peer", "status", "--via", f"127.0.0.1:{swarm.ports[1]}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "1 internal errors" in text and "refused" in text and "failed state saves" in text
