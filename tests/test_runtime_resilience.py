@@ -499,9 +499,9 @@ def test_a_peer_resumed_after_sigstop_reads_before_it_judges_its_neighbours(
             async def victim_dropped() -> bool:
                 return all(addr not in _members(await status(p)) for p in others)
 
-            # They may rightly declare it failed (once, in the issue, they did not within 30 s
-            # on a loaded machine); either way the frozen peer's own verdicts are what counts.
-            dropped = await wait_for(victim_dropped, 20)
+            # They may rightly declare it failed (under load they sometimes did not within
+            # 20 s: unexplained, see the report); the frozen peer's own verdicts are what counts.
+            dropped = await wait_for(victim_dropped, 6)
         finally:
             swarm.procs[victim].send_signal(signal.SIGCONT)
         resumed_at = time.monotonic()
