@@ -206,6 +206,14 @@ def _format_status(st: dict[str, Any]) -> str:
         f"transport {tr['frames_in']} frames in, {tr['frames_out']} out, "
         f"{tr['dropped_out']} dropped on send, {st['links']} open links"
     )
+    # .get: a peer of an older version does not report these.
+    lines.append(
+        f"health    {st.get('internal_errors', 0)} internal errors, "
+        f"{tr.get('connections_open', 0)} incoming connections open, "
+        f"{tr.get('refused_connections', 0)} refused, "
+        f"{st.get('save_failures', 0)} failed state saves, {st.get('pauses', 0)} pauses, "
+        f"{st.get('overlay', {}).get('retries', 0)} install/removal retries"
+    )
     return "\n".join(lines)
 
 

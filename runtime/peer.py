@@ -145,6 +145,87 @@ class PeerConfig:
         return replace(self, overlay=replace(self.overlay, **kw))
 
 
+# ------------------------------------------------------------------ knobs for tests only
+
+#: Test-only: ``name=value,...`` applied to every peer's ``PeerConfig`` (see ``tuned``). Real
+#: peer processes started by a test (``peer start``, ``swarm up``) inherit it from the
+#: environment; no command-line option or network input reaches it.
+TUNING_ENV = "RANGECAST_TEST_TUNING"
+#: Test-only: ``Type:n``, the n-th ``Type`` message (a DHT message class name such as ``Ping``)
+#: given to the core raises instead of being handled, to test the barrier (``_feed``).
+FAULT_ENV = "RANGECAST_TEST_FAULT"
+_TUNABLE_PARTS = ("pastry", "kademlia", "overlay")
+
+
+def _coerce(name: str, old: object, text: str) -> object:
+    if isinstance(old, bool):
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"{name} must be true or false, got {text!r}")
+        return text.lower() in ("true", "1")
+    if isinstance(old, int):
+        return int(text)
+    if isinstance(old, float):
+        value = float(text)
+        if math.isnan(value):
+            raise ValueError(f"{name} must be a number, got {text!r}")
+        return value
+    if isinstance(old, str):
+        return text
+    raise ValueError(f"{name} cannot be tuned")
+
+
+def tuned(cfg: PeerConfig, spec: str) -> PeerConfig:
+    """``cfg`` with the comma-separated ``name=value`` pairs of ``spec`` applied: ``name`` is a
+    ``PeerConfig`` field (``tick_s``) or a part and one of its fields (``pastry.keepalive_s``,
+    ``kademlia.ack_floor_s``, ``overlay.refresh_s``). For tests that need a peer process with
+    short timers; a bad spec is one line naming ``RANGECAST_TEST_TUNING``."""
+    parts: dict[str, dict[str, object]] = {}
+    top: dict[str, object] = {}
+    try:
+        for item in filter(None, (s.strip() for s in spec.split(","))):
+            name, sep, text = item.partition("=")
+            name = name.strip()
+            if not sep:
+                raise ValueError(f"{item!r} is not name=value")
+            part, dot, key = name.partition(".")
+            if dot:
+                if part not in _TUNABLE_PARTS or not hasattr(getattr(cfg, part), key):
+                    raise ValueError(f"unknown setting {name!r}")
+                old = getattr(getattr(cfg, part), key)
+                parts.setdefault(part, {})[key] = _coerce(name, old, text.strip())
+            else:
+                if part in _TUNABLE_PARTS or not hasattr(cfg, part):
+                    raise ValueError(f"unknown setting {name!r}")
+                top[part] = _coerce(name, getattr(cfg, part), text.strip())
+        changed = {p: replace(getattr(cfg, p), **kw) for p, kw in parts.items()}
+        return replace(cfg, **top, **changed)
+    except (ValueError, LocalProtocolError) as exc:
+        raise LocalProtocolError(f"{TUNING_ENV}: {exc}") from None
+
+
+class _Fault:
+    """``RANGECAST_TEST_FAULT``: which message to fail (see ``FAULT_ENV``)."""
+
+    __slots__ = ("kind", "left")
+
+    def __init__(self, spec: str) -> None:
+        kind, _, n = spec.partition(":")
+        try:
+            self.left = int(n or "1")
+        except ValueError:
+            raise LocalProtocolError(f"{FAULT_ENV}: {spec!r} is not Type:n") from None
+        if not kind or self.left < 1:
+            raise LocalProtocolError(f"{FAULT_ENV}: {spec!r} is not Type:n")
+        self.kind = kind
+
+    def check(self, msg: Message) -> None:
+        if type(msg).__name__ != self.kind or self.left <= 0:
+            return
+        self.left -= 1
+        if self.left == 0:
+            raise RuntimeError(f"fault injected by {FAULT_ENV} while handling {self.kind}")
+
+
 class _Link:
     """The pooled outgoing connection to one destination."""
 
@@ -187,7 +268,16 @@ class PeerRuntime:
     ) -> None:
         self.identity = identity
         self.schemas = schemas
-        self.cfg = config or PeerConfig()
+        cfg = config or PeerConfig()
+        spec = os.environ.get(TUNING_ENV)
+        if spec:
+            cfg = tuned(cfg, spec)
+            log.warning("%s in effect (for tests only): %s", TUNING_ENV, spec)
+        self.cfg = cfg
+        fault = os.environ.get(FAULT_ENV)
+        self._fault = _Fault(fault) if fault else None
+        if fault:
+            log.warning("%s in effect (for tests only): %s", FAULT_ENV, fault)
         self.state_dir = state
         self.epoch = epoch if epoch is not None else time.time_ns() // 1000
         seed = self.cfg.seed if self.cfg.seed is not None else int.from_bytes(os.urandom(8))
@@ -862,6 +952,8 @@ class PeerRuntime:
         with its traceback and counted, and the peer goes on with the next message."""
         assert self.core is not None
         try:
+            if self._fault is not None:
+                self._fault.check(msg)
             self.core.receive(msg, src, now)
             self._pump()
         except Exception as exc:
@@ -979,6 +1071,7 @@ class PeerRuntime:
                 "promoted": ostats.promoted,
                 "handed_off": ostats.handed_off,
                 "recreated": ostats.recreated,
+                "retries": ostats.retries,
                 "replicas_held": len(core.overlay.replicas),
             },
         }
