@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -250,13 +251,15 @@ class Client:
 @asynccontextmanager
 async def connect(host: str, port: int, timeout_s: float = 5.0) -> AsyncIterator[Client]:
     """A client connected to the peer at ``host:port``."""
-    with trio.fail_after(timeout_s):
-        try:
+    try:
+        with trio.fail_after(timeout_s):
             stream = await trio.open_tcp_stream(host, port)
-        except OSError as exc:
-            raise ConnectionLost(
-                f"cannot connect to {host}:{port}: {exc.strerror or exc}"
-            ) from None
+    except trio.TooSlowError:
+        raise ConnectionLost(
+            f"cannot connect to {host}:{port}: no answer within {timeout_s:g} s"
+        ) from None
+    except OSError as exc:
+        raise ConnectionLost(f"cannot connect to {host}:{port}: {_reason(exc)}") from None
     async with trio.open_nursery() as nursery:
         client = Client(stream)
         nursery.start_soon(client._reader)
@@ -266,6 +269,24 @@ async def connect(host: str, port: int, timeout_s: float = 5.0) -> AsyncIterator
             nursery.cancel_scope.cancel()
             with trio.CancelScope(shield=True), suppress(trio.BrokenResourceError, OSError):
                 await stream.aclose()
+
+
+def _reason(exc: OSError) -> str:
+    """Why a connect failed, in words: trio reports "all attempts ... failed" and keeps the
+    errors of the attempts (e.g. "Connection refused") in an exception group as the cause."""
+    cause = exc.__cause__
+    if exc.strerror is None and isinstance(cause, BaseExceptionGroup):
+        reasons = {
+            os.strerror(e.errno) if e.errno else str(e.strerror or e)
+            for e in cause.exceptions
+            if isinstance(e, OSError)
+        }
+        if reasons:
+            text = ", ".join(sorted(reasons))
+            if "Connection refused" in reasons:
+                text += " (no peer listening there?)"
+            return text
+    return exc.strerror or str(exc)
 
 
 def describe_peer(hello: HelloReply) -> str:
