@@ -150,7 +150,11 @@ def _peer_start(args: argparse.Namespace) -> int:
             raise
         if err.filename:
             raise LocalProtocolError(f"{err.filename}: {err.strerror or err}") from None
-        raise LocalProtocolError(f"cannot listen on {listen}: {err.strerror or err}") from None
+        if peer.address is None:
+            raise LocalProtocolError(f"cannot listen on {listen}: {err.strerror or err}") from None
+        raise LocalProtocolError(
+            f"peer at {peer.address.endpoint} stopped: {err.strerror or err}"
+        ) from None
     return 0
 
 

@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import fcntl
 import json
+import math
 import os
 import signal
 import socket
@@ -242,6 +243,8 @@ def _up(args: argparse.Namespace) -> int:
         raise LocalProtocolError("-n must be >= 1")
     if not (base >= 1024 and base + n - 1 <= 65535):
         raise LocalProtocolError("ports base-port .. base-port+n-1 must lie in 1024..65535")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise LocalProtocolError(f"--timeout must be a positive number, got {args.timeout}")
     if args.schema:
         from pubsub.schema import builtin_schemas
 
@@ -282,7 +285,8 @@ def _up(args: argparse.Namespace) -> int:
         while trio.current_time() < deadline:
             statuses: dict[int, dict] = {}
             for i in indices:
-                if not _running(data["peers"][i]):
+                # Our own child (not _running: between fork and exec its command line is ours).
+                if not _alive(data["peers"][i]["pid"]):
                     raise LocalProtocolError(
                         f"peer {i} exited; see its log {data['peers'][i]['log']}"
                     )
@@ -332,7 +336,7 @@ def _up(args: argparse.Namespace) -> int:
         trio.run(main)
     except BaseException:
         # Leave nothing half-started behind.
-        _stop_all(data.get("peers", []), quiet=True)
+        _stop_all([p["pid"] for p in data.get("peers", [])], quiet=True)
         with contextlib.suppress(LocalProtocolError):
             _write(dir_, data)
         raise
@@ -392,8 +396,8 @@ def _dash(v: object) -> str:
     return "-" if v is None else str(v)
 
 
-def _stop_all(peers: list[dict[str, Any]], quiet: bool = False, grace_s: float = 10.0) -> list:
-    pids = [p["pid"] for p in peers if _running(p)]
+def _stop_all(pids: list[int], quiet: bool = False, grace_s: float = 10.0) -> list:
+    pids = [p for p in pids if _alive(p)]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -414,10 +418,12 @@ def _stop_all(peers: list[dict[str, Any]], quiet: bool = False, grace_s: float =
 
 
 def _down(args: argparse.Namespace) -> int:
+    if not (math.isfinite(args.grace) and args.grace >= 0):
+        raise LocalProtocolError(f"--grace must be a number of seconds >= 0, got {args.grace}")
     dir_ = Path(args.dir)
     data = _read(dir_)
     running = [p for p in data["peers"] if _running(p)]
-    killed = _stop_all(running, grace_s=args.grace)
+    killed = _stop_all([p["pid"] for p in running], grace_s=args.grace)
     if running:
         data["stopped"] = time.time()
         _write(dir_, data)
@@ -459,7 +465,8 @@ def add_swarm_parser(top: Any) -> None:
     acts = swarm.add_subparsers(dest="swarm_command", required=True, metavar="ACTION")
     up = acts.add_parser(
         "up",
-        help="start N peers on 127.0.0.1; returns once all have joined",
+        help="start N peers on 127.0.0.1; returns once the swarm is ready (on the directory "
+        "of a stopped swarm: restarts its peers, same ids)",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     up.add_argument("-n", type=int, required=True, help="number of peers")
@@ -468,7 +475,9 @@ def add_swarm_parser(top: Any) -> None:
     up.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
     up.add_argument("--capacity", type=int, default=100, help="leaf capacity before a split")
     add_dht_arguments(up, dht_default="pastry")
-    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the joins")
+    up.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to wait for the swarm to be ready"
+    )
     up.add_argument("--quiet", action="store_true", help="no progress on stderr")
     up.set_defaults(func=_up)
     st = acts.add_parser("status", help="each peer's process and overlay state")

@@ -38,6 +38,8 @@ def free_base(n: int, lo: int = 20_000, hi: int = 60_000) -> int:
         ok = True
         for port in range(base, base + n + 1):
             with socket.socket() as s:
+                # As the peers listen: a port whose last connections linger in TIME_WAIT is free.
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
@@ -484,6 +486,7 @@ def test_os_errors_name_the_address_or_path(tmp_path: Path) -> None:
         line = _one_line_error(rc("peer", "start", "--state", dir_, "--listen", via))
         assert dir_ in line, line
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
         s.listen()
         line = _one_line_error(rc("peer", "start", "--listen", via))

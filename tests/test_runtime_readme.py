@@ -42,7 +42,7 @@ def run_readme(tmp_path: Path, n: int, extra: str = "") -> None:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     try:
         done = subprocess.run(
-            ["sh", "-c", script],
+            ["sh", "-e", "-c", script],
             capture_output=True,
             text=True,
             timeout=300,
