@@ -106,8 +106,10 @@ class _Waiter:
 
 
 class Client:
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.SocketStream, where: str = "the peer") -> None:
         self.stream = stream
+        #: Who we talk to, for error messages ("the peer at HOST:PORT").
+        self.where = where
         self._wire = wire_codec()
         self._req = 0
         self._waiting: dict[int, _Waiter] = {}
@@ -188,17 +190,17 @@ class Client:
 
     async def _send(self, msg: Message) -> None:
         if self._closed:
-            raise ConnectionLost("the connection to the peer is closed")
+            raise ConnectionLost(f"the connection to {self.where} is closed")
         async with self._send_lock:
             try:
                 await self.stream.send_all(frame(self._wire.encode(msg)))
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                raise ConnectionLost(f"cannot send to the peer: {exc}") from None
+                raise ConnectionLost(f"cannot send to {self.where}: {exc}") from None
 
     async def _wait(self, waiter: _Waiter) -> Message:
         await waiter.done.wait()
         if waiter.reply is None:
-            raise ConnectionLost("the connection to the peer closed before it replied")
+            raise ConnectionLost(f"the connection to {self.where} closed before it replied")
         return waiter.reply
 
     async def _reader(self) -> None:
@@ -261,7 +263,7 @@ async def connect(host: str, port: int, timeout_s: float = 5.0) -> AsyncIterator
     except OSError as exc:
         raise ConnectionLost(f"cannot connect to {host}:{port}: {_reason(exc)}") from None
     async with trio.open_nursery() as nursery:
-        client = Client(stream)
+        client = Client(stream, f"the peer at {host}:{port}")
         nursery.start_soon(client._reader)
         try:
             yield client

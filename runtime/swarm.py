@@ -277,8 +277,9 @@ def _up(args: argparse.Namespace) -> int:
     if reused:
         progress(f"restarting the stopped swarm in {dir_}: {reused} peers keep their ids")
 
-    async def wait_ready(indices: list[int], timeout: float) -> dict[int, dict]:
-        """Wait until the peers are ready: joined, converged, past the hand-off window."""
+    async def wait_ready(indices: list[int], timeout: float, settle: bool) -> dict[int, dict]:
+        """Wait until the peers are ready: joined, converged and, if ``settle``, past the
+        hand-off window (a peer that started the overlay alone has nothing to wait for)."""
         seen_ready: dict[int, float] = {}
         lagging = indices
         deadline = trio.current_time() + timeout
@@ -299,12 +300,15 @@ def _up(args: argparse.Namespace) -> int:
                 lagging = _unconverged(statuses, args.dht)
                 if not lagging:
                     wait = max(seen_ready.values()) + settle_s - trio.current_time()
-                    if wait <= 0:
+                    if wait <= 0 or not settle:
                         return statuses
                     progress(f"{len(indices)} peers joined; {wait:.1f} s of hand-off window")
                     await trio.sleep(wait)
                     continue  # and check once more that nothing moved meanwhile
-            progress(f"{len(indices) - len(lagging)}/{len(indices)} peers ready")
+            if len(statuses) < len(indices):
+                progress(f"{len(statuses)}/{len(indices)} peers joined")
+            else:
+                progress(f"all joined; {len(lagging)} leaf sets still converging")
             await trio.sleep(0.5)
         raise LocalProtocolError(
             f"peers {lagging} were not ready within {timeout:.0f} s; see their logs in {dir_}"
@@ -321,13 +325,13 @@ def _up(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         spawn(0, None)
-        await wait_ready([0], args.timeout)
+        await wait_ready([0], args.timeout, settle=False)
         progress("peer 0 up")
         for i in range(1, n):
             spawn(i, base)
             # Joins are paced so the bootstrap peer is not asked by every joiner at once.
             await trio.sleep(0.05)
-        statuses = await wait_ready(list(range(n)), args.timeout)
+        statuses = await wait_ready(list(range(n)), args.timeout, settle=True)
         for i, st in statuses.items():
             data["peers"][i]["id"] = st["id"]
         _write(dir_, data)

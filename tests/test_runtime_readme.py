@@ -65,7 +65,7 @@ def run_readme(tmp_path: Path, n: int, extra: str = "") -> None:
     assert [(e["sid"], e["event"]) for e in events] == [(sids[0], eids[0])], done.stdout
     assert events[0]["values"] == {"Attr1": 15.0, "Attr2": 0.0, "Attr3": 100.0, "Attr4": 2.0}
     assert any(x.get("stopped") == n for x in lines), done.stdout
-    assert "leaf set" in done.stdout  # the peer status in between
+    assert "routing" in done.stdout  # the peer status in between
 
 
 def test_the_readme_real_peer_sequence_on_four_peers(tmp_path: Path) -> None:
