@@ -35,8 +35,11 @@ def adapt(script: str, n: int, base: int, swarm_dir: Path, extra: str = "") -> s
     return re.sub(r"127\.0\.0\.1:74(\d\d)\b", lambda m: f"127.0.0.1:{base + int(m[1]) % n}", script)
 
 
-def run_readme(tmp_path: Path, n: int, extra: str = "") -> None:
-    base = free_base(n, *PORTS)
+def run_readme(
+    tmp_path: Path, n: int, extra: str = "", base: int | None = None
+) -> list[dict[str, Any]]:
+    """Run the README's sequence, check that it delivered the event; its JSON lines."""
+    base = free_base(n, *PORTS) if base is None else base
     swarm_dir = tmp_path / "swarm"
     script = adapt(readme_sequence(), n, base, swarm_dir, extra)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -66,6 +69,7 @@ def run_readme(tmp_path: Path, n: int, extra: str = "") -> None:
     assert events[0]["values"] == {"Attr1": 15.0, "Attr2": 0.0, "Attr3": 100.0, "Attr4": 2.0}
     assert any(x.get("stopped") == n for x in lines), done.stdout
     assert "routing" in done.stdout  # the peer status in between
+    return lines
 
 
 def test_the_readme_real_peer_sequence_on_four_peers(tmp_path: Path) -> None:
@@ -73,8 +77,13 @@ def test_the_readme_real_peer_sequence_on_four_peers(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_readme_real_peer_sequence_as_written(tmp_path: Path) -> None:
-    run_readme(tmp_path, 16)
+def test_the_readme_real_peer_sequence_as_written_and_again(tmp_path: Path) -> None:
+    """16 peers as in the README; then the whole sequence once more on the same directory and
+    ports (``swarm up`` restarts the stopped swarm's peers)."""
+    base = free_base(16, *PORTS)
+    first = run_readme(tmp_path, 16, base=base)
+    again = run_readme(tmp_path, 16, base=base)
+    assert [x["restarted"] for x in first + again if "swarm" in x] == [0, 16]
 
 
 @pytest.mark.slow
