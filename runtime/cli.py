@@ -9,13 +9,14 @@ import logging
 import math
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import trio
 
 from dht.errors import LocalProtocolError, RangecastError
 from pubsub.node import OverlayConfig
-from pubsub.schema import SchemaRegistry, builtin_schemas
+from pubsub.schema import Schema, SchemaRegistry, builtin_schemas
 from runtime.identity import Identity, StateDir, parse_endpoint
 
 log = logging.getLogger("rangecast.cli")
@@ -26,6 +27,31 @@ def _schemas(name_or_file: str | None) -> tuple[SchemaRegistry, str]:
     if name_or_file is None:
         return reg, "thesis"
     return reg, reg.resolve(name_or_file).name
+
+
+def _client_schema(name_or_file: str | None) -> tuple[Schema | None, str]:
+    """What ``subscribe`` and ``publish`` send: the schema's name. A built-in name or a schema
+    file is resolved here (the file's own name goes to the peer, not its path); any other name
+    may be one the peers loaded from a file, so the peer decides (None: nothing to check here)."""
+    if name_or_file is None:
+        return builtin_schemas().get("thesis"), "thesis"
+    reg = builtin_schemas()
+    if name_or_file in reg or Path(name_or_file).is_file():
+        schema = reg.resolve(name_or_file)
+        return schema, schema.name
+    if Path(name_or_file).suffix.lower() in (".toml", ".json"):
+        raise LocalProtocolError(f"schema file {name_or_file} not found")
+    return None, name_or_file
+
+
+async def _check_peer_schema(client: Any, name: str, via: str) -> None:
+    """A schema name unknown here must be one the peer knows; say which ones it does."""
+    known = list((await client.hello()).schemas)
+    if name not in known:
+        raise LocalProtocolError(
+            f"unknown schema {name!r}: not built in, not a schema file here, and the peer at "
+            f"{via} knows only {', '.join(known)}"
+        )
 
 
 # ----------------------------------------------------------------------------- peer start
@@ -42,17 +68,28 @@ def _peer_start(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     schemas, _ = _schemas(args.schema)
+    if args.alone and args.join:
+        raise LocalProtocolError("--alone starts a new swarm; it cannot go with --join")
     state = StateDir(args.state) if args.state else None
     if state is not None:
-        identity, created = state.load_identity()
+        try:
+            identity, created = state.load_identity()
+            saved = state.read()
+            epoch = state.next_epoch()
+        except OSError as exc:
+            # Name the file at fault if it lies inside the directory, else the directory given
+            # (mkdir reports the first missing parent, which says less).
+            inside = str(exc.filename or "").startswith(str(args.state))
+            raise LocalProtocolError(
+                f"cannot use the state directory {exc.filename if inside else args.state}: "
+                f"{exc.strerror or exc}"
+            ) from None
         log.info(
             "%s identity %s in %s",
             "created" if created else "loaded",
             identity.node_id.hex(),
             args.state,
         )
-        saved = state.read()
-        epoch = state.next_epoch()
     else:
         identity, saved, epoch = Identity.generate(), {}, None
         log.info("no --state: a fresh identity %s, forgotten on exit", identity.node_id.hex())
@@ -63,7 +100,7 @@ def _peer_start(args: argparse.Namespace) -> int:
     host, port = parse_endpoint(listen)
     contacts = [parse_endpoint(j) for j in args.join]
     remembered = False
-    if not contacts:
+    if not contacts and not args.alone:
         known = saved.get("known_peers")
         if isinstance(known, list) and known:
             contacts = [parse_endpoint(str(k)) for k in known]
@@ -75,7 +112,12 @@ def _peer_start(args: argparse.Namespace) -> int:
             f"this state directory belongs to a {saved['dht']} peer; --dht {dht} cannot reuse it"
         )
     if state is not None and saved.get("dht") is None:
-        state.write({**saved, "dht": dht})
+        try:
+            state.write({**saved, "dht": dht})
+        except OSError as exc:
+            raise LocalProtocolError(
+                f"cannot write the state directory {args.state}: {exc.strerror or exc}"
+            ) from None
     kademlia = replace(RUNTIME_KADEMLIA, lookup=args.lookup)
     if args.lookup != "iterative" and dht != "kademlia":
         raise LocalProtocolError("--lookup applies to --dht kademlia only")
@@ -107,9 +149,30 @@ def _peer_start(args: argparse.Namespace) -> int:
 
     try:
         trio.run(main)
-    except OSError as exc:
-        raise LocalProtocolError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+    except (OSError, BaseExceptionGroup) as exc:
+        err = _first_os_error(exc)
+        if err is None:
+            raise
+        if err.filename:
+            raise LocalProtocolError(f"{err.filename}: {err.strerror or err}") from None
+        if peer.address is None:
+            raise LocalProtocolError(f"cannot listen on {listen}: {err.strerror or err}") from None
+        raise LocalProtocolError(
+            f"peer at {peer.address.endpoint} stopped: {err.strerror or err}"
+        ) from None
     return 0
+
+
+def _first_os_error(exc: BaseException) -> OSError | None:
+    """The OSError a trio run ended with, possibly inside (nested) exception groups."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = _first_os_error(sub)
+            if found is not None:
+                return found
+    return None
 
 
 async def _on_signals(peer: Any, scope: trio.CancelScope) -> None:
@@ -218,21 +281,36 @@ def _format_status(st: dict[str, Any]) -> str:
 
 
 def _subscribe(args: argparse.Namespace) -> int:
+    from pubsub.subscription import parse_subscription
     from runtime.client import connect
 
     host, port = _via(args.via)
-    _schemas(args.schema)  # an unknown schema name or a bad file fails here, before connecting
-    schema = args.schema or "thesis"
+    # An unknown schema, a bad file or a bad expression fails here, before connecting.
+    known, schema = _client_schema(args.schema)
+    if known is not None:
+        parse_subscription(args.expr, known)
     if args.count is not None and args.count < 1:
         raise LocalProtocolError("--count must be >= 1")
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise LocalProtocolError(
+            f"--timeout must be a positive number of seconds, got {args.timeout}"
+        )
     timeout = math.inf if args.timeout is None else args.timeout
 
-    async def main() -> None:
+    async def main() -> int | None:
+        deadline = trio.current_time() + timeout
         async with connect(host, port) as client:
-            sub = await client.subscribe(args.expr, schema)
+            if known is None:
+                await _check_peer_schema(client, schema, args.via)
+            with trio.move_on_at(deadline) as installing:
+                sub = await client.subscribe(args.expr, schema)
+            if installing.cancelled_caught:
+                return None  # not installed in time (the peer drops it with the connection)
+            # The peer replies once every piece is stored and acknowledged: from here on, any
+            # event published reaches this subscription.
             print(json.dumps({"subscribed": sub.sid}), flush=True)
             n = 0
-            with trio.move_on_after(timeout):
+            with trio.move_on_at(deadline):
                 async for d in sub:
                     print(
                         json.dumps(
@@ -244,8 +322,23 @@ def _subscribe(args: argparse.Namespace) -> int:
                     if args.count is not None and n >= args.count:
                         break
             await sub.unsubscribe()
+            return n
 
-    trio.run(main)
+    n = trio.run(main)
+    if n is None:
+        print(
+            f"rangecast: subscribe timed out after {args.timeout:g} s before the subscription "
+            "was installed",
+            file=sys.stderr,
+        )
+        return 1
+    if args.count is not None and n < args.count:
+        print(
+            f"rangecast: subscribe timed out after {args.timeout:g} s with {n} of {args.count} "
+            "deliveries",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -265,11 +358,14 @@ def _publish(args: argparse.Namespace) -> int:
         if name in values:
             raise LocalProtocolError(f"{name} given twice")
         values[name] = v
-    registry, schema = _schemas(args.schema)
-    registry.get(schema).event(values)  # validate here for a clear error before connecting
+    known, schema = _client_schema(args.schema)
+    if known is not None:
+        known.event(values)  # validate here for a clear error before connecting
 
     async def main() -> int:
         async with connect(host, port) as client:
+            if known is None:
+                await _check_peer_schema(client, schema, args.via)
             return await client.publish(values, schema)
 
     eid = trio.run(main)
@@ -310,6 +406,12 @@ def add_runtime_parsers(top: Any) -> None:
         help="state directory: the peer's key pair (hence its id) and whom it knew",
     )
     start.add_argument(
+        "--alone",
+        action="store_true",
+        help="start a new swarm, ignoring the peers remembered in --state (what `swarm up` "
+        "does for its first peer when it restarts a stopped swarm)",
+    )
+    start.add_argument(
         "--alone-if-unreachable",
         action="store_true",
         help="if no peer to join through answers, start a new swarm alone (default: retry "
@@ -335,19 +437,33 @@ def add_runtime_parsers(top: Any) -> None:
     sub = top.add_parser(
         "subscribe",
         help="subscribe through a peer; print one JSON line per delivered event",
-        description='Prints {"subscribed": SID} once the subscription is installed and '
-        "acknowledged, then one JSON line per delivered event.",
+        description='Prints {"subscribed": SID} once every piece of the subscription is stored '
+        "and acknowledged (from then on, every event published reaches it), then one JSON line "
+        "per delivered event. Exit status: 0 after --count deliveries (or at --timeout without "
+        "--count), 1 if --timeout runs out before --count deliveries, 2 on a mistake.",
     )
     sub.add_argument("--via", metavar="HOST:PORT", required=True, help="a peer of the swarm")
-    sub.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
+    sub.add_argument(
+        "--schema",
+        metavar="NAME|FILE",
+        help="schema: built in, a .toml/.json file, or a name the peers loaded (default: thesis)",
+    )
     sub.add_argument("expr", metavar="EXPR", help='e.g. "Attr1 between 10 and 20 and Attr4 < 5"')
     sub.add_argument("--count", type=int, help="exit after this many deliveries")
-    sub.add_argument("--timeout", type=float, help="exit after this many seconds")
+    sub.add_argument(
+        "--timeout",
+        type=float,
+        help="exit after this many seconds (status 1 if --count deliveries have not come)",
+    )
     sub.set_defaults(func=_subscribe)
 
     pub = top.add_parser("publish", help="publish one event through a peer")
     pub.add_argument("--via", metavar="HOST:PORT", required=True, help="a peer of the swarm")
-    pub.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
+    pub.add_argument(
+        "--schema",
+        metavar="NAME|FILE",
+        help="schema: built in, a .toml/.json file, or a name the peers loaded (default: thesis)",
+    )
     pub.add_argument("values", metavar="ATTR=VALUE", nargs="+")
     pub.set_defaults(func=_publish)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -105,8 +106,10 @@ class _Waiter:
 
 
 class Client:
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.SocketStream, where: str = "the peer") -> None:
         self.stream = stream
+        #: Who we talk to, for error messages ("the peer at HOST:PORT").
+        self.where = where
         self._wire = wire_codec()
         self._req = 0
         self._waiting: dict[int, _Waiter] = {}
@@ -187,17 +190,17 @@ class Client:
 
     async def _send(self, msg: Message) -> None:
         if self._closed:
-            raise ConnectionLost("the connection to the peer is closed")
+            raise ConnectionLost(f"the connection to {self.where} is closed")
         async with self._send_lock:
             try:
                 await self.stream.send_all(frame(self._wire.encode(msg)))
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                raise ConnectionLost(f"cannot send to the peer: {exc}") from None
+                raise ConnectionLost(f"cannot send to {self.where}: {exc}") from None
 
     async def _wait(self, waiter: _Waiter) -> Message:
         await waiter.done.wait()
         if waiter.reply is None:
-            raise ConnectionLost("the connection to the peer closed before it replied")
+            raise ConnectionLost(f"the connection to {self.where} closed before it replied")
         return waiter.reply
 
     async def _reader(self) -> None:
@@ -250,15 +253,17 @@ class Client:
 @asynccontextmanager
 async def connect(host: str, port: int, timeout_s: float = 5.0) -> AsyncIterator[Client]:
     """A client connected to the peer at ``host:port``."""
-    with trio.fail_after(timeout_s):
-        try:
+    try:
+        with trio.fail_after(timeout_s):
             stream = await trio.open_tcp_stream(host, port)
-        except OSError as exc:
-            raise ConnectionLost(
-                f"cannot connect to {host}:{port}: {exc.strerror or exc}"
-            ) from None
+    except trio.TooSlowError:
+        raise ConnectionLost(
+            f"cannot connect to {host}:{port}: no answer within {timeout_s:g} s"
+        ) from None
+    except OSError as exc:
+        raise ConnectionLost(f"cannot connect to {host}:{port}: {_reason(exc)}") from None
     async with trio.open_nursery() as nursery:
-        client = Client(stream)
+        client = Client(stream, f"the peer at {host}:{port}")
         nursery.start_soon(client._reader)
         try:
             yield client
@@ -266,6 +271,24 @@ async def connect(host: str, port: int, timeout_s: float = 5.0) -> AsyncIterator
             nursery.cancel_scope.cancel()
             with trio.CancelScope(shield=True), suppress(trio.BrokenResourceError, OSError):
                 await stream.aclose()
+
+
+def _reason(exc: OSError) -> str:
+    """Why a connect failed, in words: trio reports "all attempts ... failed" and keeps the
+    errors of the attempts (e.g. "Connection refused") in an exception group as the cause."""
+    cause = exc.__cause__
+    if exc.strerror is None and isinstance(cause, BaseExceptionGroup):
+        reasons = {
+            os.strerror(e.errno) if e.errno else str(e.strerror or e)
+            for e in cause.exceptions
+            if isinstance(e, OSError)
+        }
+        if reasons:
+            text = ", ".join(sorted(reasons))
+            if "Connection refused" in reasons:
+                text += " (no peer listening there?)"
+            return text
+    return exc.strerror or str(exc)
 
 
 def describe_peer(hello: HelloReply) -> str:

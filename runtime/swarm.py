@@ -1,18 +1,23 @@
 """``rangecast swarm up|status|down``: N peers on 127.0.0.1 as background processes.
 
 ``up`` starts peer 0 (a new overlay), waits until it answers, then starts the others joining
-through it, and returns once every peer routes and has a full leaf set. Each peer runs
+through it, and returns once the swarm is ready: every peer's leaf set (Kademlia: sibling list)
+is the one the whole membership implies, and every peer is past the hand-off window of a peer
+that just joined, so a subscription is installed at once and a publish finds it. Each peer runs
 ``rangecast peer start`` with its own state directory ``DIR/peer-<i>`` (key pair, log file
 ``peer.log``); ``DIR/swarm.json`` lists each peer's index, id, address, pid, state directory and
-log. ``down`` sends SIGTERM (a graceful leave), waits, SIGKILLs whatever is left and checks
-that every process is gone.
+log. ``up`` on the directory of a stopped swarm restarts the same peers (their ids come from the
+state directories); on a running one it refuses. ``down`` sends SIGTERM (a graceful leave),
+waits, SIGKILLs whatever is left and checks that every process is gone.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
+import math
 import os
 import signal
 import socket
@@ -26,11 +31,11 @@ import trio
 
 from dht.core import DHTS
 from dht.errors import LocalProtocolError
-from dht.kademlia import LOOKUP_MODES
-from runtime.identity import PeerAddress
+from dht.kademlia import LOOKUP_MODES, expected_siblings
+from pubsub.node import OverlayConfig
+from runtime.identity import STATE_FILE, PeerAddress
 
 SWARM_FILE = "swarm.json"
-LEAF_SET_SIZE = 16
 
 
 def _alive(pid: int) -> bool:
@@ -46,6 +51,21 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][:1] != "Z"
     except (OSError, IndexError):
         return True
+
+
+def _running(entry: dict[str, Any]) -> bool:
+    """Whether the process of a swarm.json entry still runs and is that peer: a pid of a swarm
+    stopped long ago may since belong to another program, which must not count (or be killed)."""
+    pid = entry.get("pid")
+    if not isinstance(pid, int) or not _alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return False  # exited just now
+    except OSError:
+        return True  # no /proc to tell: trust the pid
+    return str(entry.get("state_dir", "")).encode() in cmdline
 
 
 def _port_free(port: int) -> bool:
@@ -66,6 +86,8 @@ def _read(dir_: Path) -> dict[str, Any]:
         raise LocalProtocolError(f"no swarm in {dir_} ({SWARM_FILE} not found)") from None
     except json.JSONDecodeError as exc:
         raise LocalProtocolError(f"{path}: not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise LocalProtocolError(f"cannot read {path}: {exc.strerror or exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("peers"), list):
         raise LocalProtocolError(f"{path}: not a swarm file")
     return data
@@ -73,8 +95,13 @@ def _read(dir_: Path) -> dict[str, Any]:
 
 def _write(dir_: Path, data: dict[str, Any]) -> None:
     tmp = dir_ / (SWARM_FILE + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, dir_ / SWARM_FILE)
+    try:
+        tmp.write_text(json.dumps(data, indent=2))
+        os.replace(tmp, dir_ / SWARM_FILE)
+    except OSError as exc:
+        raise LocalProtocolError(
+            f"cannot write {dir_ / SWARM_FILE}: {exc.strerror or exc}"
+        ) from None
 
 
 async def _probe(port: int) -> dict[str, Any] | None:
@@ -112,6 +139,8 @@ def _spawn(i: int, port: int, dir_: Path, join: int | None, args: argparse.Names
         cmd += ["--lookup", args.lookup]
     if join is not None:
         cmd += ["--join", f"127.0.0.1:{join}"]
+    else:
+        cmd += ["--alone"]  # a new overlay, whatever peers a reused state directory remembers
     if args.schema:
         cmd += ["--schema", args.schema]
     with open(log_path, "ab") as log_file:
@@ -132,12 +161,90 @@ def _spawn(i: int, port: int, dir_: Path, join: int | None, args: argparse.Names
     }
 
 
+def _lock(dir_: Path) -> Any:
+    """Hold ``DIR/.swarm.lock`` while ``up`` runs, so two of them never share a directory. Also
+    the first write into the directory: an unwritable one fails here, before anything starts."""
+    try:
+        dir_.mkdir(parents=True, exist_ok=True)
+        f = open(dir_ / ".swarm.lock", "w")  # noqa: SIM115 (held open until the process ends)
+    except OSError as exc:
+        raise LocalProtocolError(
+            f"cannot use {dir_} as the swarm directory: {exc.strerror or exc}"
+        ) from None
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise LocalProtocolError(f"another `rangecast swarm up` is using {dir_}") from None
+    return f
+
+
+def _reusable(dir_: Path, n: int, dht: str) -> int:
+    """How many of the peers' state directories exist already (their peers restart with the
+    same ids). Refuses a directory whose swarm still runs, or whose peers use another DHT."""
+    if (dir_ / SWARM_FILE).exists():
+        old = _read(dir_)
+        running = [p for p in old["peers"] if isinstance(p, dict) and _running(p)]
+        if running:
+            raise LocalProtocolError(
+                f"a swarm is already running in {dir_} ({len(running)} peers); "
+                f"stop it first: rangecast swarm down --dir {dir_}"
+            )
+    reused = 0
+    for i in range(n):
+        state = dir_ / f"peer-{i}"
+        if not state.is_dir():
+            continue
+        reused += 1
+        try:
+            saved = json.loads((state / STATE_FILE).read_text()).get("dht")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if saved not in (None, dht):
+            raise LocalProtocolError(
+                f"{dir_} holds a stopped {saved} swarm: restart it with --dht {saved}, "
+                "or give another --dir"
+            )
+    return reused
+
+
+def _unconverged(statuses: dict[int, dict[str, Any]], dht: str) -> list[int]:
+    """The peers whose leaf set (Kademlia: sibling list, and with few enough peers the whole
+    membership in the k-buckets) is not yet what the membership implies. Until then two peers
+    can disagree about which of them is the root of a key."""
+    from runtime.peer import RUNTIME_KADEMLIA, RUNTIME_PASTRY
+
+    where = {int(st["id"], 16): st["address"] for st in statuses.values()}
+    ids = sorted(where)
+    n = len(ids)
+    pos = {x: k for k, x in enumerate(ids)}
+    bad = []
+    for i, st in statuses.items():
+        own = int(st["id"], 16)
+        have = {str(s).rsplit("@", 1)[-1] for s in st["neighbours"]}
+        if dht == "kademlia":
+            want_ids = expected_siblings(ids, own, RUNTIME_KADEMLIA.siblings)
+            if n - 1 <= RUNTIME_KADEMLIA.k and st["routing_table"]["entries"] != n - 1:
+                bad.append(i)
+                continue
+        else:
+            reach = min(RUNTIME_PASTRY.leaf_set_size // 2, n - 1)
+            k = pos[own]
+            want_ids = [ids[(k + j) % n] for j in range(1, reach + 1)]
+            want_ids += [ids[(k - j) % n] for j in range(1, reach + 1)]
+        if have != {where[x] for x in want_ids}:
+            bad.append(i)
+    return bad
+
+
 def _up(args: argparse.Namespace) -> int:
     n, base = args.n, args.base_port
     if n < 1:
         raise LocalProtocolError("-n must be >= 1")
     if not (base >= 1024 and base + n - 1 <= 65535):
         raise LocalProtocolError("ports base-port .. base-port+n-1 must lie in 1024..65535")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise LocalProtocolError(f"--timeout must be a positive number, got {args.timeout}")
     if args.schema:
         from pubsub.schema import builtin_schemas
 
@@ -145,73 +252,86 @@ def _up(args: argparse.Namespace) -> int:
         if Path(args.schema).is_file():
             args.schema = str(Path(args.schema).resolve())
     dir_ = Path(args.dir)
-    if (dir_ / SWARM_FILE).exists():
-        old = _read(dir_)
-        running = [p for p in old["peers"] if isinstance(p.get("pid"), int) and _alive(p["pid"])]
-        if running:
-            raise LocalProtocolError(
-                f"a swarm is already running in {dir_} ({len(running)} peers); "
-                f"stop it with: rangecast swarm down --dir {dir_}"
-            )
+    lock = _lock(dir_)
+    reused = _reusable(dir_, n, args.dht)
     busy = [base + i for i in range(n) if not _port_free(base + i)]
     if busy:
         raise LocalProtocolError(
             f"ports in use: {', '.join(map(str, busy[:10]))}; choose another --base-port"
         )
-    dir_.mkdir(parents=True, exist_ok=True)
     data: dict[str, Any] = {
         "created": time.time(),
         "schema": args.schema or "thesis",
         "dht": args.dht,
         "peers": [],
     }
+    # A peer that has just joined parks probes for tree nodes it may be about to receive from
+    # their previous root, for this long; a subscription routed there meanwhile waits with it.
+    settle_s = OverlayConfig().handoff_wait_s
     t0 = time.monotonic()
 
     def progress(msg: str) -> None:
         if not args.quiet:
             print(f"swarm: {msg} ({time.monotonic() - t0:.1f} s)", file=sys.stderr, flush=True)
 
-    async def wait_for(indices: list[int], full: bool, timeout: float) -> dict[int, dict]:
-        """Wait until the peers answer as ready (with a full leaf set if ``full``)."""
-        want = min(n - 1, LEAF_SET_SIZE)
-        done: dict[int, dict] = {}
+    if reused:
+        progress(f"restarting the stopped swarm in {dir_}: {reused} peers keep their ids")
+
+    async def wait_ready(indices: list[int], timeout: float, settle: bool) -> dict[int, dict]:
+        """Wait until the peers are ready: joined, converged and, if ``settle``, past the
+        hand-off window (a peer that started the overlay alone has nothing to wait for)."""
+        seen_ready: dict[int, float] = {}
+        lagging = indices
         deadline = trio.current_time() + timeout
         while trio.current_time() < deadline:
+            statuses: dict[int, dict] = {}
             for i in indices:
-                if i in done:
-                    continue
-                pid = data["peers"][i]["pid"]
-                if not _alive(pid):
+                # Our own child (not _running: between fork and exec its command line is ours).
+                if not _alive(data["peers"][i]["pid"]):
                     raise LocalProtocolError(
                         f"peer {i} exited; see its log {data['peers'][i]['log']}"
                     )
                 st = await _probe(base + i)
-                if st is None or st.get("state") != "ready":
-                    continue
-                members = set(st["neighbours"])
-                if full and len(members) < min(want, _neighbourhood(args.dht)):
-                    continue
-                done[i] = st
-            if len(done) == len(indices):
-                return done
-            progress(f"{len(done)}/{len(indices)} peers ready")
+                if st is not None and st.get("state") == "ready":
+                    seen_ready.setdefault(i, trio.current_time())
+                    statuses[i] = st
+            lagging = [i for i in indices if i not in statuses]
+            if not lagging:
+                lagging = _unconverged(statuses, args.dht)
+                if not lagging:
+                    wait = max(seen_ready.values()) + settle_s - trio.current_time()
+                    if wait <= 0 or not settle:
+                        return statuses
+                    progress(f"{len(indices)} peers joined; {wait:.1f} s of hand-off window")
+                    await trio.sleep(wait)
+                    continue  # and check once more that nothing moved meanwhile
+            if len(statuses) < len(indices):
+                progress(f"{len(statuses)}/{len(indices)} peers joined")
+            else:
+                progress(f"all joined; {len(lagging)} leaf sets still converging")
             await trio.sleep(0.5)
-        missing = [i for i in indices if i not in done]
         raise LocalProtocolError(
-            f"peers {missing} did not join within {timeout:.0f} s; see their logs in {dir_}"
+            f"peers {lagging} were not ready within {timeout:.0f} s; see their logs in {dir_}"
         )
 
-    async def main() -> None:
-        data["peers"].append(_spawn(0, base, dir_, None, args))
+    def spawn(i: int, join: int | None) -> None:
+        try:
+            data["peers"].append(_spawn(i, base + i, dir_, join, args))
+        except OSError as exc:
+            raise LocalProtocolError(
+                f"cannot start peer {i} in {dir_ / f'peer-{i}'}: {exc.strerror or exc}"
+            ) from None
         _write(dir_, data)
-        await wait_for([0], False, args.timeout)
+
+    async def main() -> None:
+        spawn(0, None)
+        await wait_ready([0], args.timeout, settle=False)
         progress("peer 0 up")
         for i in range(1, n):
-            data["peers"].append(_spawn(i, base + i, dir_, base, args))
-            _write(dir_, data)
+            spawn(i, base)
             # Joins are paced so the bootstrap peer is not asked by every joiner at once.
             await trio.sleep(0.05)
-        statuses = await wait_for(list(range(n)), True, args.timeout)
+        statuses = await wait_ready(list(range(n)), args.timeout, settle=True)
         for i, st in statuses.items():
             data["peers"][i]["id"] = st["id"]
         _write(dir_, data)
@@ -220,12 +340,14 @@ def _up(args: argparse.Namespace) -> int:
         trio.run(main)
     except BaseException:
         # Leave nothing half-started behind.
-        _stop_all(data.get("peers", []), quiet=True)
-        with contextlib.suppress(OSError):
+        _stop_all([p["pid"] for p in data.get("peers", [])], quiet=True)
+        with contextlib.suppress(LocalProtocolError):
             _write(dir_, data)
         raise
+    finally:
+        lock.close()
     progress(f"{n} peers up")
-    print(json.dumps({"swarm": str(dir_ / SWARM_FILE), "peers": n}))
+    print(json.dumps({"swarm": str(dir_ / SWARM_FILE), "peers": n, "restarted": reused}))
     return 0
 
 
@@ -237,7 +359,7 @@ def _status(args: argparse.Namespace) -> int:
         rows = []
         for p in data["peers"]:
             port = int(str(p["address"]).rsplit(":", 1)[1])
-            alive = isinstance(p.get("pid"), int) and _alive(p["pid"])
+            alive = _running(p)
             st = await _probe(port) if alive else None
             rows.append(
                 {
@@ -274,19 +396,12 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if healthy else 1
 
 
-def _neighbourhood(dht: str) -> int:
-    """How many neighbours a peer has in a large enough swarm (leaf set, or siblings)."""
-    from runtime.peer import RUNTIME_KADEMLIA
-
-    return RUNTIME_KADEMLIA.siblings if dht == "kademlia" else LEAF_SET_SIZE
-
-
 def _dash(v: object) -> str:
     return "-" if v is None else str(v)
 
 
-def _stop_all(peers: list[dict[str, Any]], quiet: bool = False, grace_s: float = 10.0) -> list:
-    pids = [p["pid"] for p in peers if isinstance(p.get("pid"), int) and _alive(p["pid"])]
+def _stop_all(pids: list[int], quiet: bool = False, grace_s: float = 10.0) -> list:
+    pids = [p for p in pids if _alive(p)]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -307,17 +422,19 @@ def _stop_all(peers: list[dict[str, Any]], quiet: bool = False, grace_s: float =
 
 
 def _down(args: argparse.Namespace) -> int:
+    if not (math.isfinite(args.grace) and args.grace >= 0):
+        raise LocalProtocolError(f"--grace must be a number of seconds >= 0, got {args.grace}")
     dir_ = Path(args.dir)
     data = _read(dir_)
-    killed = _stop_all(data["peers"], grace_s=args.grace)
-    for p in data["peers"]:
-        p["pid_exited"] = p.get("pid")
-    data["stopped"] = time.time()
-    _write(dir_, data)
+    running = [p for p in data["peers"] if _running(p)]
+    killed = _stop_all([p["pid"] for p in running], grace_s=args.grace)
+    if running:
+        data["stopped"] = time.time()
+        _write(dir_, data)
+    else:
+        print(f"swarm: no peer of {dir_} was running", file=sys.stderr)
     print(
-        json.dumps(
-            {"stopped": len(data["peers"]), "killed_after_grace": len(killed), "dir": str(dir_)}
-        )
+        json.dumps({"stopped": len(running), "killed_after_grace": len(killed), "dir": str(dir_)})
     )
     return 0
 
@@ -352,7 +469,8 @@ def add_swarm_parser(top: Any) -> None:
     acts = swarm.add_subparsers(dest="swarm_command", required=True, metavar="ACTION")
     up = acts.add_parser(
         "up",
-        help="start N peers on 127.0.0.1; returns once all have joined",
+        help="start N peers on 127.0.0.1; returns once the swarm is ready (on the directory "
+        "of a stopped swarm: restarts its peers, same ids)",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     up.add_argument("-n", type=int, required=True, help="number of peers")
@@ -361,7 +479,9 @@ def add_swarm_parser(top: Any) -> None:
     up.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
     up.add_argument("--capacity", type=int, default=100, help="leaf capacity before a split")
     add_dht_arguments(up, dht_default="pastry")
-    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the joins")
+    up.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to wait for the swarm to be ready"
+    )
     up.add_argument("--quiet", action="store_true", help="no progress on stderr")
     up.set_defaults(func=_up)
     st = acts.add_parser("status", help="each peer's process and overlay state")

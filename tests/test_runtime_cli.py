@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,13 +26,20 @@ def rc(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _free_base(n: int) -> int:
-    rng = random.Random(os.getpid())
+#: The port range of the newer tests (apart from the range other test runs draw from).
+PORTS = (7600, 7700)
+
+
+def free_base(n: int, lo: int = 20_000, hi: int = 60_000) -> int:
+    """A base port with ``n + 1`` free ports from it, drawn at random from ``[lo, hi)``."""
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
     for _ in range(50):
-        base = rng.randrange(20_000, 60_000)
+        base = rng.randrange(lo, hi - n - 1)
         ok = True
         for port in range(base, base + n + 1):
             with socket.socket() as s:
+                # As the peers listen: a port whose last connections linger in TIME_WAIT is free.
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
@@ -63,7 +71,7 @@ def _wait(cond, timeout: float = 60.0) -> bool:  # type: ignore[no-untyped-def]
 
 def test_the_swarm_command_line_end_to_end(tmp_path: Path) -> None:
     n = 4
-    base = _free_base(n)
+    base = free_base(n)
     swarm_dir = tmp_path / "swarm"
     up = rc("swarm", "up", "-n", str(n), "--dir", str(swarm_dir), "--base-port", str(base))
     assert up.returncode == 0, up.stderr
@@ -180,7 +188,7 @@ def test_a_kademlia_swarm_from_the_command_line(tmp_path: Path) -> None:
     from kademlia.network import Server
 
     n = 4
-    base = _free_base(n)
+    base = free_base(n)
     swarm_dir = tmp_path / "swarm"
     up = rc("swarm", "up", "-n", str(n), "--dir", str(swarm_dir), "--base-port", str(base),
             "--dht", "kademlia")  # fmt: skip
@@ -251,7 +259,7 @@ def test_sixteen_peer_processes_four_killed_with_sigkill(tmp_path: Path) -> None
     from sim.workload import thesis_workload
 
     n = 16
-    base = _free_base(n)
+    base = free_base(n)
     swarm_dir = tmp_path / "swarm"
     # A small leaf capacity, so that the tree splits and its nodes spread over the swarm.
     up = rc(
@@ -323,3 +331,163 @@ def test_sixteen_peer_processes_four_killed_with_sigkill(tmp_path: Path) -> None
         dups += len(got[k]) - len(set(got[k]))
     assert (missed, dups, false) == (0, 0, 0)
     assert sum(promoted) > 0  # replicas really took over from the killed peers
+
+
+# ------------------------------------------------------------------ issue 14: the user's path
+
+
+def _one_line_error(done: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    """The single stderr line of a refused command (no traceback), checked; ``peer start``'s
+    log lines before it do not count."""
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    lines = [x for x in done.stderr.strip().splitlines() if " INFO " not in x]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    return lines[0]
+
+
+def _round(via_sub: str, via_pub: str, values: list[str], *schema: str) -> None:
+    """Subscribe, publish once the subscription is live, and see the event delivered."""
+    sub = subprocess.Popen(
+        [*RANGECAST, "subscribe", "--via", via_sub, "Attr1 between 10 and 20", *schema,
+         "--count", "1", "--timeout", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert sub.stdout is not None
+    first = sub.stdout.readline()
+    assert first.startswith('{"subscribed"'), first + sub.communicate()[1]
+    pub = rc("publish", "--via", via_pub, *values, *schema)
+    assert pub.returncode == 0, pub.stderr
+    out, err = sub.communicate(timeout=90)
+    assert sub.returncode == 0, err
+    assert [json.loads(x)["event"] for x in out.splitlines()] == [
+        json.loads(pub.stdout)["published"]
+    ]
+
+
+def test_swarm_up_again_after_down_restarts_the_same_peers(tmp_path: Path) -> None:
+    """Issue 14 items 3 and 9: ``swarm up`` on the directory of a stopped swarm restarts its
+    peers with their ids and ports; on a running swarm it refuses and leaves swarm.json alone;
+    a second ``swarm down`` says nothing was running."""
+    n = 2
+    base = free_base(n, *PORTS)
+    swarm_dir = tmp_path / "swarm"
+    up = ["swarm", "up", "-n", str(n), "--dir", str(swarm_dir), "--base-port", str(base)]
+    first = rc(*up, "--quiet")
+    assert first.returncode == 0, first.stderr
+    try:
+        before = (swarm_dir / "swarm.json").read_text()
+        again = rc(*up)
+        line = _one_line_error(again)
+        assert "already running" in line and "swarm down" in line
+        assert (swarm_dir / "swarm.json").read_text() == before
+        down = rc("swarm", "down", "--dir", str(swarm_dir))
+        assert down.returncode == 0 and json.loads(down.stdout)["stopped"] == n
+        twice = rc("swarm", "down", "--dir", str(swarm_dir))
+        assert twice.returncode == 0, twice.stderr
+        assert json.loads(twice.stdout)["stopped"] == 0
+        assert "no peer" in twice.stderr and "running" in twice.stderr
+
+        restart = rc(*up, "--quiet")
+        assert restart.returncode == 0, restart.stderr
+        old = json.loads(before)["peers"]
+        new = json.loads((swarm_dir / "swarm.json").read_text())["peers"]
+        assert [(p["id"], p["address"]) for p in new] == [(p["id"], p["address"]) for p in old]
+        status = rc("swarm", "status", "--dir", str(swarm_dir), "--json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        _round(f"127.0.0.1:{base + 1}", f"127.0.0.1:{base}",
+               ["Attr1=15", "Attr2=0", "Attr3=1", "Attr4=2"])  # fmt: skip
+    finally:
+        rc("swarm", "down", "--dir", str(swarm_dir))
+
+
+SENSORS = """name = "sensors"
+[[attribute]]
+name = "Attr1"
+type = "float"
+min = 0
+max = 100
+[[attribute]]
+name = "hum"
+type = "float"
+min = 0
+max = 100
+"""
+
+
+@pytest.fixture(scope="module")
+def sensors_swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int]]:
+    """Two peers started with ``--schema sensors.toml``; yields (the directory holding the
+    schema file, the base port)."""
+    where = tmp_path_factory.mktemp("sensors")
+    (where / "sensors.toml").write_text(SENSORS)
+    base = free_base(2, *PORTS)
+    swarm_dir = where / "swarm"
+    up = subprocess.run(
+        [*RANGECAST, "swarm", "up", "-n", "2", "--dir", str(swarm_dir), "--base-port",
+         str(base), "--schema", "sensors.toml", "--quiet"],
+        capture_output=True, text=True, timeout=120, check=False, cwd=where,
+    )  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    try:
+        yield where, base
+    finally:
+        rc("swarm", "down", "--dir", str(swarm_dir))
+
+
+def test_custom_schemas_from_the_command_line(
+    sensors_swarm: tuple[Path, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 14 item 4: with a swarm started with ``--schema sensors.toml``, ``subscribe`` and
+    ``publish`` take the same file, or the schema's name that only the peers know."""
+    where, base = sensors_swarm
+    monkeypatch.chdir(where)
+    values = ["Attr1=15", "hum=40"]
+    for sub_schema, pub_schema in (("sensors.toml", "sensors"), ("sensors", "sensors.toml")):
+        _round(f"127.0.0.1:{base + 1}", f"127.0.0.1:{base}", values, "--schema", sub_schema)
+        pub = rc("publish", "--via", f"127.0.0.1:{base}", *values, "--schema", pub_schema)
+        assert pub.returncode == 0, pub.stderr
+    bad = rc("subscribe", "--via", f"127.0.0.1:{base}", "Attr1 < 5", "--schema", "sensorz")
+    line = _one_line_error(bad)
+    assert "sensorz" in line and "sensors" in line and "thesis" in line
+    bad = rc("publish", "--via", f"127.0.0.1:{base}", "Attr1=1", "--schema", "missing.toml")
+    assert "missing.toml" in _one_line_error(bad)
+
+
+def test_subscribe_that_times_out_says_so(sensors_swarm: tuple[Path, int]) -> None:
+    """Issue 14 item 9: ``--count 1 --timeout 2`` with nothing delivered is a failure (exit 1,
+    one line on stderr); ``--timeout`` alone is how long to listen (exit 0)."""
+    _, base = sensors_swarm
+    via = f"127.0.0.1:{base}"
+    timed_out = rc("subscribe", "--via", via, "Attr1 < 5", "--count", "1", "--timeout", "2")
+    assert "timed out" in _one_line_error(timed_out, code=1)
+    assert [set(json.loads(x)) for x in timed_out.stdout.splitlines()] == [{"subscribed"}]
+    listened = rc("subscribe", "--via", via, "Attr1 < 5", "--timeout", "1")
+    assert listened.returncode == 0, listened.stderr
+
+
+def test_os_errors_name_the_address_or_path(tmp_path: Path) -> None:
+    """Issue 14 item 6: no peer at --via, an unusable --dir or --state, a port in use: one line
+    naming the address or path and the reason, exit 2, no traceback."""
+    port = free_base(1, *PORTS)
+    via = f"127.0.0.1:{port}"
+    for args in (
+        ("subscribe", "--via", via, "Attr1 < 5", "--timeout", "5"),
+        ("publish", "--via", via, "Attr1=1", "Attr2=0", "Attr3=0", "Attr4=0"),
+        ("peer", "status", "--via", via),
+    ):
+        line = _one_line_error(rc(*args))
+        assert via in line and "Connection refused" in line, line
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for dir_ in ("/proc/no/such/dir", str(a_file)):
+        line = _one_line_error(rc("swarm", "up", "-n", "1", "--dir", dir_, "--base-port",
+                                  str(port)))  # fmt: skip
+        assert dir_ in line, line
+        line = _one_line_error(rc("peer", "start", "--state", dir_, "--listen", via))
+        assert dir_ in line, line
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        line = _one_line_error(rc("peer", "start", "--listen", via))
+        assert via in line and "in use" in line, line
