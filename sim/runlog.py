@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from dht.errors import LocalProtocolError
 from dht.messages import Direct, Route
 from dht.wire import Message, codec
+from sim.outputs import ensure_writable_dir
 
 FORMAT = "rangecast-run-log"
 VERSION = 1
@@ -64,11 +65,7 @@ def prepare_dir(out: Path | str, *, force: bool = False) -> Path:
                 )
             for name in ("run.json", *(f"{t}.parquet" for t in TABLES)):
                 (path / name).unlink(missing_ok=True)
-        path.mkdir(parents=True, exist_ok=True)
-        # Creating the directory can succeed where writing a file fails (read-only mounts).
-        probe = path / ".rangecast-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
+        ensure_writable_dir(path)
     except OSError as exc:
         raise LocalProtocolError(
             f"--out {path}: cannot write the run log there ({exc.strerror or exc})"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sim.outputs import ensure_writable_dir
 from sim.report import paper
 from sim.report.session import DEFAULT_MASTER, ReportError
 from sim.report.spark_job import (
@@ -216,9 +216,7 @@ def build_report(
 def check_outputs(out_dir: Path, html: Path | None) -> None:
     """Refuse, naming the path, an output directory or page that cannot be written."""
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out_dir):
-            pass
+        ensure_writable_dir(out_dir)
     except OSError as exc:
         raise ReportError(
             f"{out_dir}: cannot write the report's figures there ({exc.strerror or exc})"
@@ -228,13 +226,11 @@ def check_outputs(out_dir: Path, html: Path | None) -> None:
     if html.is_dir():
         raise ReportError(f"{html}: is a directory (the page is a file, e.g. {html}/report.html)")
     try:
-        html.parent.mkdir(parents=True, exist_ok=True)
         if html.exists():
             if not os.access(html, os.W_OK):
                 raise PermissionError(13, "Permission denied")
         else:
-            with tempfile.TemporaryFile(dir=html.parent):
-                pass
+            ensure_writable_dir(html.parent)
     except OSError as exc:
         raise ReportError(
             f"{html}: cannot write the report page there ({exc.strerror or exc})"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dht.errors import LocalProtocolError
+from sim.outputs import ensure_writable_dir
 from sim.sweep import table
 from sim.sweep.plan import Plan, load_plan, shipped_plans
 from sim.sweep.runs import Progress, run_dir, run_local
@@ -50,10 +51,7 @@ def prepare_out(out: Path, force: bool) -> None:
             "the files of the runs this plan makes"
         )
     try:
-        (out / "runs").mkdir(parents=True, exist_ok=True)
-        probe = out / ".rangecast-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
+        ensure_writable_dir(out / "runs")
     except OSError as exc:
         raise LocalProtocolError(
             f"--out {out}: cannot write the sweep there ({exc.strerror or exc})"
