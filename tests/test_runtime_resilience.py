@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import trio
+from test_runtime_cli import free_base
 
 from dht.messages import Ping
 from dht.wire import Handle, codec
@@ -37,21 +38,8 @@ PORT_LO, PORT_HI = 7700, 7900
 
 
 def _free_base(n: int) -> int:
-    """A run of ``n`` free consecutive loopback ports inside this file's range."""
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(100):
-        base = rng.randrange(PORT_LO, PORT_HI - n)
-        ok = True
-        for port in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    pytest.skip("no free port range in 7700-7899")
+    """A run of free consecutive loopback ports inside this file's range."""
+    return free_base(n, PORT_LO, PORT_HI)
 
 
 class Swarm:
