@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import math
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -209,16 +210,23 @@ def _run_route(
     log.latency = [0.0] * params.lookups
     log.start = [0.0] * params.lookups
     log.outstanding = params.lookups
-    expected: list[int] = []
     messages_before = sim.stats.messages
     bytes_before = sim.stats.bytes
+    # Every lookup's time, source and key are drawn up front, in the order a5c21ca drew them,
+    # but each is put on the event queue only when the previous one fires: a queue holding
+    # 10^6 pending injections would make every message's push and pop dearer.
+    times = array("d")
+    srcs = array("q")
+    keys: list[int] = []
     t = sim.now
-    for lid in range(params.lookups):
+    for _ in range(params.lookups):
         t += lk_rng.expovariate(params.lookup_rate_per_s)
-        src = live[lk_rng.randrange(len(live))]
-        key = space.random_id(lk_rng)
-        expected.append(oracle.root(key))
-        sim.call_at(t, _inject, sim, overlay, log, lid, src, key)
+        times.append(t)
+        srcs.append(live[lk_rng.randrange(len(live))])
+        keys.append(space.random_id(lk_rng))
+    expected = [oracle.root(key) for key in keys]
+    if params.lookups:
+        sim.call_at(times[0], _Injector(sim, overlay, log, times, srcs, keys), 0)
     say(f"routing {params.lookups:,} lookups from {len(live):,} live nodes")
     if params.lookups:
         say.phase("lookups", params.lookups, lambda: params.lookups - log.outstanding, "lookups")
@@ -271,14 +279,37 @@ def _run_route(
     return result
 
 
-def _inject(
-    sim: Simulator, overlay: PastryOverlay, log: _LookupLog, lid: int, src: int, key: int
-) -> None:
-    if not sim.alive[src]:
-        return
-    log.start[lid] = sim.now
-    overlay.nodes[src].route(key, lid.to_bytes(4, "big"), sim.now)
-    sim.poke(src)
+class _Injector:
+    """Starts lookup ``lid`` and schedules lookup ``lid + 1``."""
+
+    __slots__ = ("keys", "log", "nodes", "sim", "srcs", "times")
+
+    def __init__(
+        self,
+        sim: Simulator,
+        overlay: PastryOverlay,
+        log: _LookupLog,
+        times: array[float],
+        srcs: array[int],
+        keys: list[int],
+    ) -> None:
+        self.sim = sim
+        self.nodes = overlay.nodes
+        self.log = log
+        self.times = times
+        self.srcs = srcs
+        self.keys = keys
+
+    def __call__(self, lid: int) -> None:
+        sim = self.sim
+        if lid + 1 < len(self.keys):
+            sim.call_at(self.times[lid + 1], self, lid + 1)
+        src = self.srcs[lid]
+        if not sim.alive[src]:
+            return
+        self.log.start[lid] = sim.now
+        self.nodes[src].route(self.keys[lid], lid.to_bytes(4, "big"), sim.now)
+        sim.poke(src)
 
 
 #: Fields that depend on the machine, not on the seed: left out when comparing two runs.
