@@ -51,7 +51,19 @@ class LeafSet:
     covers the whole ring (``wraps``).
     """
 
-    __slots__ = ("_ids", "_ring", "_ring_peers", "half", "left", "own", "right", "space", "wraps")
+    __slots__ = (
+        "_ids",
+        "_left_span",
+        "_right_span",
+        "_ring",
+        "_ring_peers",
+        "half",
+        "left",
+        "own",
+        "right",
+        "space",
+        "wraps",
+    )
 
     def __init__(self, space: IdSpace, own: int, half: int) -> None:
         self.space = space
@@ -63,6 +75,7 @@ class LeafSet:
         self._ring: list[int] = [own]
         self._ring_peers: list[Peer | None] = [None]
         self.wraps = True
+        self._left_span = self._right_span = 0
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -95,6 +108,10 @@ class LeafSet:
             or len(self.right) < self.half
             or len(ids) < len(self.left) + len(self.right)
         )
+        # How far the leaf set reaches on each side, for ``in_range`` (once per routed hop).
+        size, own = self.space.size, self.own
+        self._right_span = (self.right[-1].id - own) % size if self.right else 0
+        self._left_span = (own - self.left[-1].id) % size if self.left else 0
 
     def add(self, peer: Peer) -> tuple[bool, list[Peer]]:
         """Insert ``peer`` where it belongs. Returns (entered, evicted peers)."""
@@ -162,9 +179,7 @@ class LeafSet:
         if self.wraps:
             return True
         size, own = self.space.size, self.own
-        return (key - own) % size <= (self.right[-1].id - own) % size or (own - key) % size <= (
-            own - self.left[-1].id
-        ) % size
+        return (key - own) % size <= self._right_span or (own - key) % size <= self._left_span
 
     def closest(self, key: int, exclude: int = -1) -> Peer | None:
         """The member numerically closest to ``key``, or None when we are closer ourselves.
