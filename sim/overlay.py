@@ -156,7 +156,7 @@ class PastryOverlay:
         now = self.sim.now
         nodes = self.nodes
         poke = self.sim.poke
-        # The ring three times over: a node's ``reach`` neighbours on each side are a slice.
+        # The ring with ``reach`` nodes of wrap-around on each end: every leaf side is a slice.
         ext = ring[n - reach :] + ring + ring[:reach] if reach else ring
         for k, i in enumerate(order):
             if reach:
