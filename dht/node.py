@@ -175,8 +175,11 @@ class PastryNode(DhtCore):
         self._require(State.IDLE, "install_state")
         self.leaves.replace(left, right)
         self.table.install(rows)
-        for p in self.leaves.members():
-            self._last_heard[p.id] = now
+        if self.cfg.keepalive_s != math.inf:
+            # Only keep-alives read when a leaf was last heard: without them (failure-free
+            # simulations) the entries would be ~0.6 KB per node of dead weight.
+            for p in self.leaves.members():
+                self._last_heard[p.id] = now
         self._become_ready(now)
 
     def route(self, key: int, payload: bytes, now: float) -> int:

@@ -32,6 +32,7 @@ def _route(args: argparse.Namespace) -> int:
         loss=args.loss,
         dht=args.dht,
         lookup=args.lookup,
+        keepalives=args.keepalives,
     )
     result = run_route(
         params,
@@ -373,6 +374,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="lookups injected per simulated second (Poisson)",
     )
     route.add_argument("--loss", type=finite_float, default=0.0, help="message loss probability")
+    route.add_argument(
+        "--keepalives",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="leaf-set keep-alives; auto: off when nothing can fail (oracle bootstrap, "
+        "no --fail, no --loss)",
+    )
     _add_dht(route)
     _add_out(route)
     route.add_argument("--json", action="store_true", help="print one JSON object")

@@ -147,6 +147,15 @@ class LatencyModel(ABC):
                 best, best_d = c, d
         return best
 
+    def nearest_terms(
+        self,
+    ) -> tuple[Sequence[int], Sequence[Sequence[float]], Sequence[float] | None] | None:
+        """What ``nearest`` compares, for callers that vectorise it (the oracle bootstrap at
+        10^6 nodes): (host of each node, host-by-host table, per-node addend or None) such
+        that ``nearest`` picks the candidate ``c`` minimising ``table[host[a]][host[c]] +
+        addend[c]`` (first on ties). None: no such form; call ``nearest``."""
+        return None
+
     # Optional extras for analysis and tests; not abstract, so minimal models (e.g. test stubs)
     # need only implement the interface above.
     @property
@@ -380,6 +389,9 @@ class MatrixLatency(LatencyModel):
                 best, best_d = c, d
         return best
 
+    def nearest_terms(self) -> tuple[list[int], list[array[float]], None]:
+        return self._host, self._one_way, None
+
     def mean_rtt_ms(self) -> float:
         return self._mean_rtt_ms
 
@@ -579,6 +591,10 @@ class SyntheticLatency(LatencyModel):
             if d < best_d:
                 best, best_d = c, d
         return best
+
+    def nearest_terms(self) -> tuple[list[int], list[array[float]], list[float]]:
+        # access[a] is common to every candidate, as in ``nearest``.
+        return self._site, self._core, self._access
 
     def mean_rtt_ms(self) -> float:
         """Expected RTT between nodes on two distinct sites, averaged over all site pairs.

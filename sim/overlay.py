@@ -14,10 +14,13 @@ after another with exponential gaps, so that the protocol itself is what gets ex
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from dht.core import DHTS
 from dht.errors import LocalProtocolError
@@ -138,48 +141,31 @@ class PastryOverlay:
         if isinstance(self.cfg, KademliaConfig):
             self._oracle_buckets(indices, self.cfg.k, self.cfg.siblings)
             return
-        space = self.space
-        half = self.cfg.leaf_set_size // 2
         peers = self.peers
         order = sorted(indices, key=lambda i: peers[i].id)
         ids = [peers[i].id for i in order]
         n = len(order)
-        nearest = self.sim.latency.nearest
+        half = self.cfg.leaf_set_size // 2
+        reach = min(half, n - 1)
+        # ``at[k]``: the peer at sorted position k; ``at[-1]`` is None, so a table of positions
+        # with -1 for an empty slot maps straight to a routing-table row.
+        at: list[Peer | None] = [peers[i] for i in order]
+        ring = at[:]
+        at.append(None)
+        tables = _PnsTables(self.space, ids, order, self.sim.latency, pns_sample).peer_rows(at)
         now = self.sim.now
-        radix, b, bits = space.radix, space.b, space.bits
+        nodes = self.nodes
+        poke = self.sim.poke
+        # The ring with ``reach`` nodes of wrap-around on each end: every leaf side is a slice.
+        ext = ring[n - reach :] + ring + ring[:reach] if reach else ring
         for k, i in enumerate(order):
-            own = ids[k]
-            reach = min(half, n - 1)
-            right = [peers[order[(k + j) % n]] for j in range(1, reach + 1)]
-            left = [peers[order[(k - j) % n]] for j in range(1, reach + 1)]
-            rows: list[list[Peer | None]] = []
-            row = 0
-            while row < space.digits:
-                shift = bits - b * (row + 1)
-                base = (own >> (shift + b)) << b
-                own_digit = (own >> shift) & (radix - 1)
-                entries: list[Peer | None] = [None] * radix
-                for d in range(radix):
-                    if d == own_digit:
-                        continue
-                    lo = bisect.bisect_left(ids, (base | d) << shift)
-                    hi = bisect.bisect_left(ids, (base | d) + 1 << shift, lo)
-                    if lo == hi:
-                        continue
-                    if hi - lo == 1:
-                        entries[d] = peers[order[lo]]
-                        continue
-                    step = max(1, (hi - lo) // pns_sample)
-                    entries[d] = peers[nearest(i, order[lo:hi:step])]
-                rows.append(entries)
-                # Deeper rows exist only while other nodes share our next digit too.
-                lo = bisect.bisect_left(ids, (base | own_digit) << shift)
-                hi = bisect.bisect_left(ids, (base | own_digit) + 1 << shift, lo)
-                if hi - lo <= 1:
-                    break
-                row += 1
-            self.nodes[i].install_state(left, right, rows, now)
-            self.sim.poke(i)
+            if reach:
+                right = ext[k + reach + 1 : k + 2 * reach + 1]
+                left = ext[k : k + reach][::-1]
+            else:
+                left, right = [], []
+            nodes[i].install_state(left, right, tables[k], now)
+            poke(i)
 
     def _oracle_buckets(self, indices: Sequence[int], k: int, near: int) -> None:
         bits = self.space.bits
@@ -322,6 +308,198 @@ class PastryOverlay:
             ] != right:
                 bad.append(i)
         return bad
+
+
+def _bit_length(x: np.ndarray) -> np.ndarray:
+    """``int.bit_length`` of each element of a uint64 array."""
+    out = np.zeros(len(x), dtype=np.int64)
+    y = x.copy()
+    for sh in (32, 16, 8, 4, 2, 1):
+        big = (y >> np.uint64(sh)) != 0
+        out[big] += sh
+        y[big] >>= np.uint64(sh)
+    out += (y != 0).astype(np.int64)
+    return out
+
+
+class _PnsTables:
+    """Every node's Pastry routing table from the sorted membership, in numpy.
+
+    Row ``r`` of the node at sorted position ``k`` has, for each digit ``d`` other than its
+    own, the candidates sharing its first ``r`` digits followed by ``d``: a contiguous run
+    ``[lo, hi)`` of sorted positions, found by ``searchsorted``. A run of one is the entry; of
+    more, the entry is the one nearest by the latency model among an evenly spaced sample of at
+    most ``pns_sample`` (proximity neighbour selection). Rows go on while another node shares
+    the node's next digit. This is the per-node bisection loop it replaces, done for all nodes
+    at once, with the same choices (ties to the first in the sample): ``_rows_py`` is that loop,
+    kept for the rare node a 64-bit key cannot place and for latency models without
+    ``nearest_terms``.
+
+    Ids are longer than a machine word, but a prefix boundary ``X << shift`` with ``shift >=
+    bits - 64`` compares with an id exactly as it compares with the id's top 64 bits, so the
+    searches run on those; a node needing a deeper row (two ids sharing their first 64 bits)
+    takes the Python path.
+    """
+
+    #: Slots whose samples are scored per numpy batch (bounds the temporaries, ~32 x 8 bytes
+    #: per slot and array).
+    _BATCH = 1 << 14
+
+    def __init__(
+        self,
+        space: IdSpace,
+        ids: list[int],
+        order: list[int],
+        model: LatencyModel,
+        pns_sample: int,
+    ) -> None:
+        self.space = space
+        self.ids = ids
+        self.order = order
+        self.model = model
+        self.pns_sample = pns_sample
+        n = len(ids)
+        b, radix = space.b, space.radix
+        drop = max(0, space.bits - 64)
+        word = space.bits - drop
+        # Rows a 64-bit key places exactly, and the last digit position they can reach.
+        exact_rows = min(space.digits, word // b)
+        terms = model.nearest_terms()
+        #: Per row: the nodes (sorted positions) that have it, and their entries' positions.
+        self.rows_np: list[tuple[np.ndarray, np.ndarray]] = []
+        # nrows[k]: 1 + the longest prefix (in digits) node k shares with a sorted neighbour.
+        key = np.fromiter((i >> drop for i in ids), dtype=np.uint64, count=n)
+        shared = np.zeros(n, dtype=np.int64)
+        if n > 1:
+            pair = np.minimum((word - _bit_length(key[1:] ^ key[:-1])) // b, space.digits - 1)
+            shared[1:] = pair
+            shared[:-1] = np.maximum(shared[:-1], pair)
+        self.nrows = np.minimum(shared + 1, space.digits)
+        # Nodes the vectorised path cannot serve: rows beyond the 64-bit key, or no table form.
+        slow = self.nrows > exact_rows if terms is not None else np.ones(n, dtype=bool)
+        self.slow = slow
+        if terms is None:
+            return
+        hosts = np.asarray(terms[0], dtype=np.int64)
+        table = np.asarray(terms[1], dtype=np.float64)
+        addend = None if terms[2] is None else np.asarray(terms[2], dtype=np.float64)
+        # Host and addend by sorted position: a slot's samples are then read from nearby
+        # memory rather than gathered through ``order`` from all over the node arrays.
+        order_np = np.asarray(order, dtype=np.int64)
+        own_host = hosts[order_np]
+        host_at = own_host
+        addend_at = None if addend is None else addend[order_np]
+        g_lo = np.zeros(n, dtype=np.int64)
+        g_hi = np.full(n, n, dtype=np.int64)
+        depth = int(min(self.nrows.max(initial=1), exact_rows))
+        for r in range(depth):
+            # Nodes that have row r (the others have stopped); their group [g_lo, g_hi) is the
+            # run sharing their first r digits.
+            act = np.nonzero(self.nrows > r)[0]
+            s = word - b * (r + 1)
+            kk = key[act]
+            own = ((kk >> np.uint64(s)) & np.uint64(radix - 1)).astype(np.int64)
+            base = (kk >> np.uint64(s + b)) << np.uint64(b)
+            bounds = np.empty((len(act), radix + 1), dtype=np.int64)
+            bounds[:, 0] = g_lo[act]
+            bounds[:, radix] = g_hi[act]
+            for d in range(1, radix):
+                bounds[:, d] = np.searchsorted(key, (base | np.uint64(d)) << np.uint64(s))
+            lo = bounds[:, :radix]
+            cnt = bounds[:, 1:] - lo
+            cnt[np.arange(len(act)), own] = 0
+            chosen = np.full((len(act), radix), -1, dtype=np.int64)
+            one = cnt == 1
+            chosen[one] = lo[one]
+            # Slots in three classes by sample count (up to 31, 24, 18 samples), so that little
+            # of each batch's rectangle is padding.
+            cuts = (2, 2 * pns_sample, 8 * pns_sample, n + 1)
+            for low, high in itertools.pairwise(cuts):
+                many_r, many_c = np.nonzero((cnt >= low) & (cnt < high))
+                for j in range(0, len(many_r), self._BATCH):
+                    rr, cc = many_r[j : j + self._BATCH], many_c[j : j + self._BATCH]
+                    chosen[rr, cc] = self._pns(
+                        own_host[act[rr]], lo[rr, cc], cnt[rr, cc], table, host_at, addend_at
+                    )
+            self.rows_np.append((act, chosen))
+            idx = np.arange(len(act))
+            g_lo[act] = bounds[idx, own]
+            g_hi[act] = bounds[idx, own + 1]
+
+    def _pns(
+        self,
+        own_host: np.ndarray,
+        lo: np.ndarray,
+        cnt: np.ndarray,
+        table: np.ndarray,
+        host_at: np.ndarray,
+        addend_at: np.ndarray | None,
+    ) -> np.ndarray:
+        """Sorted position of the nearest sampled candidate of each slot."""
+        step = np.maximum(1, cnt // self.pns_sample)
+        width = int(((cnt + step - 1) // step).max())
+        j = np.arange(width, dtype=np.int64)
+        pos = lo[:, None] + step[:, None] * j[None, :]
+        invalid = pos >= (lo + cnt)[:, None]
+        pos[invalid] = lo.repeat(invalid.sum(axis=1))
+        cost = table[own_host[:, None], host_at[pos]]
+        if addend_at is not None:
+            cost += addend_at[pos]
+        cost[invalid] = np.inf
+        best = np.argmin(cost, axis=1)
+        return pos[np.arange(len(pos)), best]
+
+    def peer_rows(self, at: list[Peer | None]) -> list[list[list[Peer | None]]]:
+        """Every node's routing table as rows of peers, ``at`` mapping a sorted position to
+        its peer (``at[-1]`` None for an empty slot)."""
+        n = len(self.ids)
+        tables: list[list[list[Peer | None]]] = [[] for _ in range(n)]
+        at_np = np.empty(len(at), dtype=object)
+        at_np[:] = at
+        for act, chosen in self.rows_np:
+            fast = ~self.slow[act]
+            for k, row in zip(act[fast].tolist(), at_np[chosen[fast]].tolist(), strict=True):
+                tables[k].append(row)
+        get = at.__getitem__
+        for k in np.nonzero(self.slow)[0].tolist():
+            tables[k] = [list(map(get, row)) for row in self._rows_py(k)]
+        return tables
+
+    def _rows_py(self, k: int) -> list[list[int]]:
+        space, ids, order = self.space, self.ids, self.order
+        radix, b, bits = space.radix, space.b, space.bits
+        own = ids[k]
+        i = order[k]
+        nearest = self.model.nearest
+        rows: list[list[int]] = []
+        row = 0
+        while row < space.digits:
+            shift = bits - b * (row + 1)
+            base = (own >> (shift + b)) << b
+            own_digit = (own >> shift) & (radix - 1)
+            entries = [-1] * radix
+            for d in range(radix):
+                if d == own_digit:
+                    continue
+                lo = bisect.bisect_left(ids, (base | d) << shift)
+                hi = bisect.bisect_left(ids, (base | d) + 1 << shift, lo)
+                if lo == hi:
+                    continue
+                if hi - lo == 1:
+                    entries[d] = lo
+                    continue
+                step = max(1, (hi - lo) // self.pns_sample)
+                sample = range(lo, hi, step)
+                best = nearest(i, [order[p] for p in sample])
+                entries[d] = next(p for p in sample if order[p] == best)
+            rows.append(entries)
+            # Deeper rows exist only while other nodes share our next digit too.
+            lo = bisect.bisect_left(ids, (base | own_digit) << shift)
+            hi = bisect.bisect_left(ids, (base | own_digit) + 1 << shift, lo)
+            if hi - lo <= 1:
+                break
+            row += 1
+        return rows
 
 
 class Oracle:

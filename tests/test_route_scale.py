@@ -1,0 +1,125 @@
+"""The scalable route experiment (issue 15): the vectorised oracle bootstrap builds exactly the
+tables the per-node bisection loop builds, and keep-alives leave a failure-free run's routing
+untouched."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from dht.ids import IdSpace
+from dht.node import PastryConfig
+from dht.routing import Peer
+from sim.engine import Simulator
+from sim.latency import LatencyModel, SyntheticLatency, latency_model
+from sim.overlay import PastryOverlay, _PnsTables
+from sim.route_experiment import WALL_FIELDS, RouteParams, run_route
+from sim.streams import stream
+
+
+class _NoTerms(SyntheticLatency):
+    """The synthetic model without ``nearest_terms``: the bootstrap must fall back to
+    ``nearest``, one slot at a time."""
+
+    def nearest_terms(self) -> None:
+        return None
+
+
+def _overlay(n: int, space: IdSpace, model: LatencyModel) -> PastryOverlay:
+    sim = Simulator(model, stream(1, "network"))
+    overlay = PastryOverlay(sim, 1, config=PastryConfig(space=space, keepalive_s=float("inf")))
+    overlay.create(n)
+    return overlay
+
+
+def _tables(overlay: PastryOverlay) -> list[tuple[list[int], list[int], list[list[int | None]]]]:
+    def ident(p: Peer | None) -> int | None:
+        return None if p is None else p.id
+
+    return [
+        (
+            [p.id for p in node.leaves.left],
+            [p.id for p in node.leaves.right],
+            [[ident(p) for p in row] for row in node.table.rows],
+        )
+        for node in overlay.nodes
+    ]
+
+
+def _by_loop(overlay: PastryOverlay) -> list[list[list[int]]]:
+    """Every node's rows from the per-node Python loop (sorted positions)."""
+    peers = overlay.peers
+    order = sorted(range(len(peers)), key=lambda i: peers[i].id)
+    tables = _PnsTables(overlay.space, [peers[i].id for i in order], order, overlay.sim.latency, 16)
+    by_node: list[list[list[int]]] = [[] for _ in order]
+    for k, i in enumerate(order):
+        by_node[i] = [
+            [-1 if p < 0 else peers[order[p]].id for p in row] for row in tables._rows_py(k)
+        ]
+    return by_node
+
+
+@pytest.mark.parametrize(
+    ("n", "space"),
+    [
+        (1, IdSpace()),
+        (3, IdSpace()),
+        (17, IdSpace()),
+        (1500, IdSpace()),
+        # 16-bit ids: deep rows, crowded slots and many nodes sharing long prefixes.
+        (3000, IdSpace(bits=16, b=4)),
+        (400, IdSpace(bits=16, b=2)),
+    ],
+)
+def test_vectorised_bootstrap_equals_the_bisection_loop(n: int, space: IdSpace) -> None:
+    overlay = _overlay(n, space, latency_model("synthetic", 1))
+    overlay.oracle_bootstrap(range(n))
+    want = _by_loop(overlay)
+    got = [[[-1 if e is None else e for e in row] for row in t[2]] for t in _tables(overlay)]
+    assert got == want
+    # Leaf sets: the oracle's.
+    leaves = overlay.oracle_leaf_sets()
+    assert [t[:2] for t in _tables(overlay)] == [leaves[i] for i in range(n)]
+
+
+def test_bootstrap_without_nearest_terms_uses_nearest() -> None:
+    slow = _overlay(800, IdSpace(), _NoTerms(1))
+    slow.oracle_bootstrap(range(800))
+    fast = _overlay(800, IdSpace(), latency_model("synthetic", 1))
+    fast.oracle_bootstrap(range(800))
+    assert _tables(slow) == _tables(fast)
+
+
+def _routing_fields(r: dict[str, object]) -> dict[str, object]:
+    skip = {*WALL_FIELDS, "keepalives", "sim_messages", "sim_bytes", "lookup_phase"}
+    out = {k: v for k, v in r.items() if k not in skip}
+    by_type = dict(out.pop("messages_by_type"))  # type: ignore[call-overload]
+    by_type.pop("Ping", None)
+    out["messages_by_type"] = by_type
+    return out
+
+
+def test_keepalives_off_when_nothing_can_fail_changes_no_routing_decision() -> None:
+    auto = run_route(RouteParams(nodes=400, lookups=800, seed=5))
+    on = run_route(RouteParams(nodes=400, lookups=800, seed=5, keepalives="on"))
+    assert auto["keepalives"] is False and on["keepalives"] is True
+    assert "Ping" not in auto["messages_by_type"] and on["messages_by_type"]["Ping"]["messages"]
+    assert auto["correct_root_fraction"] == 1.0
+    assert _routing_fields(auto) == _routing_fields(on)
+    # Failures, loss or the join protocol need them: "auto" keeps them on.
+    assert RouteParams(fail=0.1).keepalives_on() and RouteParams(loss=0.01).keepalives_on()
+    assert RouteParams(bootstrap="join").keepalives_on()
+    assert not RouteParams(keepalives="off", fail=0.1).keepalives_on()
+
+
+def test_nearest_terms_describe_nearest() -> None:
+    model = latency_model("synthetic", 3)
+    model.place(50, random.Random(1))
+    hosts, table, addend = model.nearest_terms()  # type: ignore[misc]
+    assert addend is not None
+    for a in range(0, 50, 7):
+        cands: Sequence[int] = [c for c in range(50) if c != a]
+        best = min(cands, key=lambda c: (table[hosts[a]][hosts[c]] + addend[c], cands.index(c)))
+        assert model.nearest(a, cands) == best
