@@ -32,6 +32,7 @@ def _route(args: argparse.Namespace) -> int:
         loss=args.loss,
         dht=args.dht,
         lookup=args.lookup,
+        root_cache=args.root_cache,
     )
     result = run_route(
         params,
@@ -60,6 +61,7 @@ def _thesis(args: argparse.Namespace) -> int:
         latency=args.latency,
         dht=args.dht,
         lookup=args.lookup,
+        root_cache=args.root_cache,
         overlay=OverlayConfig(
             min_level=args.min_level,
             max_level=args.max_level,
@@ -96,6 +98,7 @@ def _churn(args: argparse.Namespace) -> int:
         duration_s=args.duration_s,
         dht=args.dht,
         lookup=args.lookup,
+        root_cache=args.root_cache,
     )
     result = run_churn(params, progress=_progress(args, "churn"), out=args.out, force=args.force)
     _emit(result, args.json, _print_churn_summary)
@@ -201,7 +204,7 @@ def _print_thesis_summary(r: dict[str, Any]) -> None:
 
 def _add_dht(parser: argparse.ArgumentParser) -> None:
     from dht.core import DHTS
-    from dht.kademlia import LOOKUP_MODES
+    from dht.kademlia import LOOKUP_MODES, ROOT_CACHE
 
     parser.add_argument(
         "--dht",
@@ -215,6 +218,14 @@ def _add_dht(parser: argparse.ArgumentParser) -> None:
         default="iterative",
         help="Kademlia only: iterative lookups from the origin (alpha queries in flight), or "
         "hop-by-hop forwarding to the XOR-closest contact",
+    )
+    parser.add_argument(
+        "--root-cache",
+        type=int,
+        default=ROOT_CACHE,
+        metavar="N",
+        help="Kademlia iterative lookups: each node remembers the roots found for its N most "
+        "recently used keys and sends to them without a lookup; 0: a lookup per message",
     )
 
 

@@ -25,7 +25,7 @@ from sim import runlog
 from sim.engine import Simulator
 from sim.latency import latency_model
 from sim.options import require_finite
-from sim.overlay import PastryOverlay, dht_config, dht_fields
+from sim.overlay import ROOT_CACHE, PastryOverlay, dht_config, dht_fields
 from sim.percentiles import percentile
 from sim.progress import as_progress
 from sim.streams import stream
@@ -44,9 +44,11 @@ class RouteParams:
     loss: float = 0.0
     dht: str = "pastry"
     lookup: str = "iterative"
+    #: Kademlia iterative lookups: roots remembered per node (0: a lookup per message).
+    root_cache: int = ROOT_CACHE
 
     def check(self) -> None:
-        dht_config(self.dht, lookup=self.lookup)
+        dht_config(self.dht, lookup=self.lookup, root_cache=self.root_cache)
         require_finite(
             {
                 "--fail": self.fail,
@@ -127,7 +129,7 @@ def run_route(
     overlay = PastryOverlay(
         sim,
         params.seed,
-        config=dht_config(params.dht, lookup=params.lookup),
+        config=dht_config(params.dht, lookup=params.lookup, root_cache=params.root_cache),
         app_factory=lambda i: _Recorder(i, log),
     )
     indices = overlay.create(params.nodes)
@@ -207,7 +209,7 @@ def run_route(
         "sim_messages_per_s": sim_messages / wall if wall > 0 else 0.0,
         "wall_phases_s": phases,
         "seed": params.seed,
-        **dht_fields(params.dht, params.lookup),
+        **dht_fields(params.dht, params.lookup, params.root_cache),
         "bootstrap": params.bootstrap,
         "latency_model": model.describe(),
         "failed_nodes": len(failed),
