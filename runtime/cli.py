@@ -106,6 +106,8 @@ def _peer_start(args: argparse.Namespace) -> int:
             contacts = [parse_endpoint(str(k)) for k in known]
             log.info("rejoining through %d peers remembered in the state directory", len(contacts))
             remembered = True
+    if args.root_cache < 0:
+        raise LocalProtocolError(f"--root-cache must be >= 0, got {args.root_cache}")
     dht = args.dht or saved.get("dht") or "pastry"
     if saved.get("dht") not in (None, dht):
         raise LocalProtocolError(
@@ -118,7 +120,7 @@ def _peer_start(args: argparse.Namespace) -> int:
             raise LocalProtocolError(
                 f"cannot write the state directory {args.state}: {exc.strerror or exc}"
             ) from None
-    kademlia = replace(RUNTIME_KADEMLIA, lookup=args.lookup)
+    kademlia = replace(RUNTIME_KADEMLIA, lookup=args.lookup, root_cache=args.root_cache)
     if args.lookup != "iterative" and dht != "kademlia":
         raise LocalProtocolError("--lookup applies to --dht kademlia only")
     config = PeerConfig(

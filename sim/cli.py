@@ -247,7 +247,10 @@ def _progress(args: argparse.Namespace, label: str) -> Progress | None:
 
 def _dht_name(r: dict[str, Any]) -> str:
     if r.get("dht") == "kademlia":
-        return f"Kademlia ({r['lookup']})"
+        cache = r.get("root_cache")
+        if cache is None:
+            return f"Kademlia ({r['lookup']})"
+        return f"Kademlia ({r['lookup']}, root cache {cache or 'off'})"
     return "Pastry"
 
 

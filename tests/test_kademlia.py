@@ -4,8 +4,11 @@ overlay running on it with every delivery checked by the oracle."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -264,3 +267,16 @@ def test_without_the_root_cache_every_routed_message_runs_a_lookup() -> None:
     assert net.got == [(key, net.live_root(key))] * 3
     with pytest.raises(LocalProtocolError, match="root_cache"):
         KademliaConfig(root_cache=-1)
+
+
+def test_the_root_cache_is_a_command_line_switch() -> None:
+    cmd = [sys.executable, "-m", "sim.cli", "sim", "route", "--nodes", "60", "--lookups", "60"]
+    cmd += ["--dht", "kademlia", "--json", "--quiet"]
+    for n in ("0", "16"):
+        run = subprocess.run([*cmd, "--root-cache", n], capture_output=True, text=True, check=False)
+        assert run.returncode == 0, run.stderr
+        r = json.loads(run.stdout)
+        assert (r["root_cache"], r["correct_root_fraction"]) == (int(n), 1.0)
+    bad = subprocess.run([*cmd, "--root-cache", "-1"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0 and "--root-cache must be >= 0" in bad.stderr
