@@ -70,6 +70,8 @@ def _peer_start(args: argparse.Namespace) -> int:
     schemas, _ = _schemas(args.schema)
     if args.alone and args.join:
         raise LocalProtocolError("--alone starts a new swarm; it cannot go with --join")
+    if args.root_cache < 0:
+        raise LocalProtocolError(f"--root-cache must be >= 0, got {args.root_cache}")
     state = StateDir(args.state) if args.state else None
     if state is not None:
         try:
@@ -106,8 +108,6 @@ def _peer_start(args: argparse.Namespace) -> int:
             contacts = [parse_endpoint(str(k)) for k in known]
             log.info("rejoining through %d peers remembered in the state directory", len(contacts))
             remembered = True
-    if args.root_cache < 0:
-        raise LocalProtocolError(f"--root-cache must be >= 0, got {args.root_cache}")
     dht = args.dht or saved.get("dht") or "pastry"
     if saved.get("dht") not in (None, dht):
         raise LocalProtocolError(
