@@ -70,6 +70,8 @@ def _peer_start(args: argparse.Namespace) -> int:
     schemas, _ = _schemas(args.schema)
     if args.alone and args.join:
         raise LocalProtocolError("--alone starts a new swarm; it cannot go with --join")
+    if args.root_cache < 0:
+        raise LocalProtocolError(f"--root-cache must be >= 0, got {args.root_cache}")
     state = StateDir(args.state) if args.state else None
     if state is not None:
         try:
@@ -118,7 +120,7 @@ def _peer_start(args: argparse.Namespace) -> int:
             raise LocalProtocolError(
                 f"cannot write the state directory {args.state}: {exc.strerror or exc}"
             ) from None
-    kademlia = replace(RUNTIME_KADEMLIA, lookup=args.lookup)
+    kademlia = replace(RUNTIME_KADEMLIA, lookup=args.lookup, root_cache=args.root_cache)
     if args.lookup != "iterative" and dht != "kademlia":
         raise LocalProtocolError("--lookup applies to --dht kademlia only")
     config = PeerConfig(

@@ -31,7 +31,7 @@ import trio
 
 from dht.core import DHTS
 from dht.errors import LocalProtocolError
-from dht.kademlia import LOOKUP_MODES, expected_siblings
+from dht.kademlia import LOOKUP_MODES, ROOT_CACHE, expected_siblings
 from pubsub.node import OverlayConfig
 from runtime.identity import STATE_FILE, PeerAddress
 
@@ -136,7 +136,7 @@ def _spawn(i: int, port: int, dir_: Path, join: int | None, args: argparse.Names
         args.dht,
     ]
     if args.dht == "kademlia":
-        cmd += ["--lookup", args.lookup]
+        cmd += ["--lookup", args.lookup, "--root-cache", str(args.root_cache)]
     if join is not None:
         cmd += ["--join", f"127.0.0.1:{join}"]
     else:
@@ -447,7 +447,7 @@ def peer_address(entry: dict[str, Any]) -> PeerAddress | None:
 
 
 def add_dht_arguments(parser: argparse.ArgumentParser, *, dht_default: str | None) -> None:
-    """``--dht`` and ``--lookup`` of ``peer start`` and ``swarm up``."""
+    """``--dht``, ``--lookup`` and ``--root-cache`` of ``peer start`` and ``swarm up``."""
     parser.add_argument(
         "--dht",
         choices=DHTS,
@@ -461,6 +461,14 @@ def add_dht_arguments(parser: argparse.ArgumentParser, *, dht_default: str | Non
         choices=LOOKUP_MODES,
         default="iterative",
         help="Kademlia routing: iterative lookups from the origin, or hop by hop",
+    )
+    parser.add_argument(
+        "--root-cache",
+        type=int,
+        default=ROOT_CACHE,
+        metavar="N",
+        help="Kademlia iterative lookups: roots remembered for the N most recently used keys "
+        "(0: a lookup per routed message)",
     )
 
 

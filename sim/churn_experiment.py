@@ -34,7 +34,7 @@ from sim import runlog
 from sim.engine import Simulator
 from sim.latency import latency_model
 from sim.options import require_finite
-from sim.overlay import PastryOverlay, dht_config, dht_fields
+from sim.overlay import ROOT_CACHE, PastryOverlay, dht_config, dht_fields
 from sim.progress import Progress, as_progress
 from sim.streams import stream
 from sim.thesis_experiment import Oracle
@@ -83,9 +83,11 @@ class ChurnParams:
     overlay: OverlayConfig = field(default_factory=OverlayConfig)
     dht: str = "pastry"
     lookup: str = "iterative"
+    #: Kademlia iterative lookups: roots remembered per node (0: a lookup per message).
+    root_cache: int = ROOT_CACHE
 
     def check(self) -> None:
-        dht_config(self.dht, lookup=self.lookup)
+        dht_config(self.dht, lookup=self.lookup, root_cache=self.root_cache)
         require_finite(
             {
                 "--fail-fraction": self.fail_fraction,
@@ -161,7 +163,7 @@ def _overlay(params: ChurnParams, say: Progress) -> tuple[Simulator, PastryOverl
         cap = cap_rng.randint(*params.capacity)
         return OverlayPeer(node, schemas=registry, capacity=cap, rng=proto_rng, overlay=overlay_cfg)
 
-    cfg = dht_config(params.dht, lookup=params.lookup)
+    cfg = dht_config(params.dht, lookup=params.lookup, root_cache=params.root_cache)
     return sim, PastryOverlay(sim, seed, config=cfg, core_factory=make_core), model
 
 
@@ -346,7 +348,7 @@ def run_churn(
         "pieces_in_lost_sets": pieces_in_dead_sets,
         "overlay": totals,
         "seed": seed,
-        **dht_fields(params.dht, params.lookup),
+        **dht_fields(params.dht, params.lookup, params.root_cache),
         "latency_model": model.describe(),
         "sim_messages": sim.stats.messages,
         "sim_time_s": sim.now,
@@ -551,7 +553,7 @@ def run_continuous(
         "repair_bytes": repl[1],
         "overlay": totals,
         "seed": seed,
-        **dht_fields(params.dht, params.lookup),
+        **dht_fields(params.dht, params.lookup, params.root_cache),
         "latency_model": model.describe(),
         "sim_messages": sim.stats.messages,
         "sim_time_s": sim.now,

@@ -33,6 +33,7 @@ def _route(args: argparse.Namespace) -> int:
         dht=args.dht,
         lookup=args.lookup,
         keepalives=args.keepalives,
+        root_cache=args.root_cache,
     )
     result = run_route(
         params,
@@ -61,6 +62,7 @@ def _thesis(args: argparse.Namespace) -> int:
         latency=args.latency,
         dht=args.dht,
         lookup=args.lookup,
+        root_cache=args.root_cache,
         overlay=OverlayConfig(
             min_level=args.min_level,
             max_level=args.max_level,
@@ -97,6 +99,7 @@ def _churn(args: argparse.Namespace) -> int:
         duration_s=args.duration_s,
         dht=args.dht,
         lookup=args.lookup,
+        root_cache=args.root_cache,
     )
     result = run_churn(params, progress=_progress(args, "churn"), out=args.out, force=args.force)
     _emit(result, args.json, _print_churn_summary)
@@ -202,7 +205,7 @@ def _print_thesis_summary(r: dict[str, Any]) -> None:
 
 def _add_dht(parser: argparse.ArgumentParser) -> None:
     from dht.core import DHTS
-    from dht.kademlia import LOOKUP_MODES
+    from dht.kademlia import LOOKUP_MODES, ROOT_CACHE
 
     parser.add_argument(
         "--dht",
@@ -216,6 +219,14 @@ def _add_dht(parser: argparse.ArgumentParser) -> None:
         default="iterative",
         help="Kademlia only: iterative lookups from the origin (alpha queries in flight), or "
         "hop-by-hop forwarding to the XOR-closest contact",
+    )
+    parser.add_argument(
+        "--root-cache",
+        type=int,
+        default=ROOT_CACHE,
+        metavar="N",
+        help="Kademlia iterative lookups: each node remembers the roots found for its N most "
+        "recently used keys and sends to them without a lookup; 0: a lookup per message",
     )
 
 
@@ -237,7 +248,10 @@ def _progress(args: argparse.Namespace, label: str) -> Progress | None:
 
 def _dht_name(r: dict[str, Any]) -> str:
     if r.get("dht") == "kademlia":
-        return f"Kademlia ({r['lookup']})"
+        cache = r.get("root_cache")
+        if cache is None:
+            return f"Kademlia ({r['lookup']})"
+        return f"Kademlia ({r['lookup']}, root cache {cache or 'off'})"
     return "Pastry"
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from dht.core import DHTS
 from dht.errors import LocalProtocolError
 from dht.ids import IdSpace
-from dht.kademlia import KademliaConfig, KademliaNode, expected_siblings
+from dht.kademlia import ROOT_CACHE, KademliaConfig, KademliaNode, expected_siblings
 from dht.node import Application, PastryConfig, PastryNode, State
 from dht.routing import Peer
 from sim.engine import Core, Simulator
@@ -52,23 +52,35 @@ Substrate = PastryNode | KademliaNode
 
 
 def dht_config(
-    dht: str, *, lookup: str = "iterative", failure_free: bool = False
+    dht: str,
+    *,
+    lookup: str = "iterative",
+    root_cache: int = ROOT_CACHE,
+    failure_free: bool = False,
 ) -> PastryConfig | KademliaConfig:
     """The substrate's configuration by name. ``failure_free``: no keep-alives and no hop or
     lookup deadlines (experiments without churn, where they would only cost wall time)."""
     if dht not in DHTS:
         raise LocalProtocolError(f"--dht must be one of {', '.join(DHTS)}, got {dht!r}")
+    if root_cache < 0:
+        raise LocalProtocolError(f"--root-cache must be >= 0, got {root_cache}")
     off: dict[str, Any] = {"keepalive_s": math.inf, "hop_acks": False} if failure_free else {}
     if dht == "kademlia":
-        return KademliaConfig(lookup=lookup, **off)
+        return KademliaConfig(lookup=lookup, root_cache=root_cache, **off)
     if lookup != "iterative":
         raise LocalProtocolError("--lookup applies to --dht kademlia only")
     return PastryConfig(**off)
 
 
-def dht_fields(dht: str, lookup: str) -> dict[str, str | None]:
-    """How a run's JSON names its substrate (``lookup`` only means something on Kademlia)."""
-    return {"dht": dht, "lookup": lookup if dht == "kademlia" else None}
+def dht_fields(dht: str, lookup: str, root_cache: int = ROOT_CACHE) -> dict[str, Any]:
+    """How a run's JSON names its substrate (``lookup`` only means something on Kademlia, and
+    the root cache only with iterative lookups)."""
+    iterative = dht == "kademlia" and lookup == "iterative"
+    return {
+        "dht": dht,
+        "lookup": lookup if dht == "kademlia" else None,
+        "root_cache": root_cache if iterative else None,
+    }
 
 
 class PastryOverlay:

@@ -27,7 +27,7 @@ from sim import runlog
 from sim.engine import Simulator
 from sim.latency import latency_model
 from sim.options import require_finite
-from sim.overlay import PastryOverlay, dht_config, dht_fields
+from sim.overlay import ROOT_CACHE, PastryOverlay, dht_config, dht_fields
 from sim.percentiles import percentile
 from sim.progress import as_progress
 from sim.streams import stream
@@ -49,9 +49,11 @@ class RouteParams:
     #: Leaf-set keep-alives: "on", "off", or "auto" (off exactly when nothing can fail: oracle
     #: bootstrap, no --fail, no --loss; see ``keepalives_on``).
     keepalives: str = "auto"
+    #: Kademlia iterative lookups: roots remembered per node (0: a lookup per message).
+    root_cache: int = ROOT_CACHE
 
     def check(self) -> None:
-        dht_config(self.dht, lookup=self.lookup)
+        dht_config(self.dht, lookup=self.lookup, root_cache=self.root_cache)
         require_finite(
             {
                 "--fail": self.fail,
@@ -161,7 +163,7 @@ def _run_route(
     messages_log = runlog.MessageLog(out_dir / "messages.parquet") if out_dir else None
     if messages_log is not None:
         sim.message_log = messages_log.record
-    config = dht_config(params.dht, lookup=params.lookup)
+    config = dht_config(params.dht, lookup=params.lookup, root_cache=params.root_cache)
     if not params.keepalives_on():
         config = replace(config, keepalive_s=math.inf)
     overlay = PastryOverlay(
@@ -254,7 +256,7 @@ def _run_route(
         "sim_messages_per_s": sim_messages / wall if wall > 0 else 0.0,
         "wall_phases_s": phases,
         "seed": params.seed,
-        **dht_fields(params.dht, params.lookup),
+        **dht_fields(params.dht, params.lookup, params.root_cache),
         "bootstrap": params.bootstrap,
         "keepalives": params.keepalives_on(),
         "latency_model": model.describe(),

@@ -48,7 +48,7 @@ from sim import runlog
 from sim.engine import Simulator
 from sim.latency import latency_model
 from sim.options import require_finite
-from sim.overlay import PastryOverlay, dht_config, dht_fields
+from sim.overlay import ROOT_CACHE, PastryOverlay, dht_config, dht_fields
 from sim.percentiles import percentile
 from sim.progress import as_progress
 from sim.streams import stream
@@ -82,9 +82,11 @@ class ThesisParams:
     overlay: OverlayConfig = field(default_factory=OverlayConfig)
     dht: str = "pastry"
     lookup: str = "iterative"
+    #: Kademlia iterative lookups: roots remembered per node (0: a lookup per message).
+    root_cache: int = ROOT_CACHE
 
     def check(self) -> None:
-        dht_config(self.dht, lookup=self.lookup)
+        dht_config(self.dht, lookup=self.lookup, root_cache=self.root_cache)
         require_finite(
             {
                 "--subs-per-node": self.subs_per_node,
@@ -271,7 +273,16 @@ class _Collector:
 
 def _dht_totals(nodes: Sequence[Any]) -> dict[str, int]:
     """What the substrate did, summed over the nodes (Kademlia adds its lookup counters)."""
-    names = ("delivered", "forwarded", "reroutes", "dropped", "lookups", "queries", "lookup_rounds")
+    names = (
+        "delivered",
+        "forwarded",
+        "reroutes",
+        "dropped",
+        "lookups",
+        "queries",
+        "lookup_rounds",
+        "root_cache_hits",
+    )
     present = [k for k in names if hasattr(nodes[0].stats, k)] if nodes else []
     return {k: sum(getattr(n.stats, k) for n in nodes) for k in present}
 
@@ -323,7 +334,9 @@ def run_thesis(
     # No churn in this experiment: leaf-set keep-alives and hop acknowledgements would only
     # cost wall time (and acks would double the routed messages); the thesis' simulator had
     # neither. Churn experiments switch both on.
-    dht_cfg = dht_config(params.dht, lookup=params.lookup, failure_free=True)
+    dht_cfg = dht_config(
+        params.dht, lookup=params.lookup, root_cache=params.root_cache, failure_free=True
+    )
     net = PastryOverlay(sim, seed, config=dht_cfg, core_factory=make_core)
     indices = net.create(params.nodes)
     net.oracle_bootstrap(indices)
@@ -486,7 +499,7 @@ def run_thesis(
         "tree": {"leaves": leaves, "internal": internal, "max_depth": max_depth},
         "overlay": totals,
         "seed": seed,
-        **dht_fields(params.dht, params.lookup),
+        **dht_fields(params.dht, params.lookup, params.root_cache),
         "dht_totals": _dht_totals(net.nodes),
         "lb": params.lb,
         "partial": params.partial,

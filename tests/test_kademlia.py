@@ -4,7 +4,11 @@ overlay running on it with every delivery checked by the oracle."""
 
 from __future__ import annotations
 
+import json
+import math
 import random
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -166,3 +170,115 @@ def test_the_overlay_on_kademlia_delivers_exactly_what_the_oracle_expects(
     assert r["dht"] == "kademlia"
     if lookup == "iterative":
         assert r["dht_totals"]["queries"] > 0
+        # The overlay routes to its tree nodes again and again: most messages skip the lookup.
+        assert r["dht_totals"]["root_cache_hits"] > r["dht_totals"]["lookups"]
+
+
+class _Net:
+    """A few ``KademliaNode``s wired by hand: messages are handed over in order, timers fire
+    when ``expire`` moves the clock past them; a crashed node's messages vanish."""
+
+    def __init__(self, ids: list[int], cfg: KademliaConfig) -> None:
+        self.cfg = cfg
+        self.now = 0.0
+        self.nodes: dict[bytes, KademliaNode] = {}
+        self.got: list[tuple[int, int]] = []  # (key, id of the node that delivered it)
+        peers = [_peer(i) for i in ids]
+        for p in peers:
+            self.nodes[p.addr] = self._make(p)
+        for p in peers:
+            self.nodes[p.addr].install_state([q for q in peers if q.id != p.id], 0.0)
+
+    def _make(self, p: Peer) -> KademliaNode:
+        net = self
+
+        class App(Application):
+            def deliver(
+                self, key: int, payload: bytes, origin: Peer, hops: int, now: float
+            ) -> None:
+                net.got.append((key, p.id))
+
+        return KademliaNode(p.id, p.addr, random.Random(p.id), config=self.cfg, app=App())
+
+    def pump(self) -> int:
+        """Deliver every message until the network is quiet; how many ``FindNode`` were sent."""
+        queries = 0
+        moved = True
+        while moved:
+            moved = False
+            for addr, node in list(self.nodes.items()):
+                for dst, msg in node.take_messages():
+                    moved = True
+                    queries += isinstance(msg, FindNode)
+                    if dst in self.nodes:
+                        self.nodes[dst].receive(msg, addr, self.now)
+        return queries
+
+    def expire(self) -> None:
+        self.now += 100.0
+        for node in self.nodes.values():
+            node.handle_timer(self.now)
+
+    def live_root(self, key: int) -> int:
+        return min((n.id for n in self.nodes.values()), key=lambda i: i ^ key)
+
+
+def test_a_cached_root_is_used_and_dropped_when_a_closer_node_joins_or_it_crashes() -> None:
+    rng = random.Random(3)
+    ids = rng.sample(range(1, 1 << 32), 40)
+    key = rng.getrandbits(32)
+    net = _Net(ids, KademliaConfig(space=SPACE, keepalive_s=math.inf))
+    origin = next(n for n in net.nodes.values() if n.next_hop(key) is not None)
+    root = net.live_root(key)
+    origin.route(key, b"1", net.now)
+    assert net.pump() > 0  # the first message needs a lookup
+    origin.route(key, b"2", net.now)
+    assert net.pump() == 0  # the second goes straight to the root found
+    assert origin.stats.root_cache_hits == 1
+    assert net.got == [(key, root), (key, root)]
+
+    # A node closer to the key joins: the cached root knows it and sends the message on.
+    newcomer = _peer(key ^ 1 if key ^ 1 != root else key)
+    net.nodes[newcomer.addr] = node = net._make(newcomer)
+    node.join(next(iter(net.nodes)), net.now)
+    net.pump()
+    origin.route(key, b"3", net.now)
+    net.pump()
+    assert net.got[-1] == (key, newcomer.id) and net.live_root(key) == newcomer.id
+
+    # It crashes: the missed hop ack drops the entry; the message is re-routed to the old root.
+    del net.nodes[newcomer.addr]
+    origin.route(key, b"4", net.now)
+    net.pump()
+    for _ in range(3):
+        net.expire()
+        net.pump()
+    assert net.got[-1] == (key, root)
+    assert all(p.id != newcomer.id for p, _ in origin._roots.values())
+
+
+def test_without_the_root_cache_every_routed_message_runs_a_lookup() -> None:
+    rng = random.Random(3)
+    net = _Net(rng.sample(range(1, 1 << 32), 40), KademliaConfig(space=SPACE, root_cache=0))
+    key = rng.getrandbits(32)
+    origin = next(n for n in net.nodes.values() if n.next_hop(key) is not None)
+    for i in range(3):
+        origin.route(key, bytes([i]), net.now)
+        assert net.pump() > 0
+    assert origin.stats.root_cache_hits == 0 and origin.stats.lookups == 3
+    assert net.got == [(key, net.live_root(key))] * 3
+    with pytest.raises(LocalProtocolError, match="root_cache"):
+        KademliaConfig(root_cache=-1)
+
+
+def test_the_root_cache_is_a_command_line_switch() -> None:
+    cmd = [sys.executable, "-m", "sim.cli", "sim", "route", "--nodes", "60", "--lookups", "60"]
+    cmd += ["--dht", "kademlia", "--json", "--quiet"]
+    for n in ("0", "16"):
+        run = subprocess.run([*cmd, "--root-cache", n], capture_output=True, text=True, check=False)
+        assert run.returncode == 0, run.stderr
+        r = json.loads(run.stdout)
+        assert (r["root_cache"], r["correct_root_fraction"]) == (int(n), 1.0)
+    bad = subprocess.run([*cmd, "--root-cache", "-1"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0 and "--root-cache must be >= 0" in bad.stderr
