@@ -42,6 +42,16 @@ def _free_base(n: int) -> int:
     return free_base(n, PORT_LO, PORT_HI)
 
 
+def _refused(*args: str) -> str:
+    """Run ``rangecast ARGS``, which must refuse: exit 2, no traceback, one error line, returned."""
+    r = subprocess.run([*RANGECAST, *args], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    errors = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, r.stderr
+    return errors[0]
+
+
 class Swarm:
     """``n`` ``rangecast peer start`` processes, the first alone, the others joining it."""
 
@@ -323,17 +333,8 @@ def test_an_unwritable_state_directory_is_one_line_naming_the_file(tmp_path: Pat
     # (for whom permission bits do not count).
     (state / "peer.json.tmp").mkdir()
     base = _free_base(1)
-    r = subprocess.run(
-        [*RANGECAST, "peer", "start", "--listen", f"127.0.0.1:{base}", "--state", str(state)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert r.returncode == 2
-    assert "Traceback" not in r.stderr
-    errors = [line for line in r.stderr.splitlines() if "error" in line]
-    assert len(errors) == 1 and str(state / "peer.json") in errors[0], r.stderr
+    error = _refused("peer", "start", "--listen", f"127.0.0.1:{base}", "--state", str(state))
+    assert str(state / "peer.json") in error
 
 
 # -------------------------------------------------------------------------------- item 6
@@ -344,17 +345,8 @@ def test_a_taken_port_is_one_line_naming_the_address() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", base))
         s.listen()
-        r = subprocess.run(
-            [*RANGECAST, "peer", "start", "--listen", f"127.0.0.1:{base}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    assert r.returncode == 2
-    assert "Traceback" not in r.stderr
-    errors = [line for line in r.stderr.splitlines() if "error" in line]
-    assert len(errors) == 1 and f"127.0.0.1:{base}" in errors[0], r.stderr
+        error = _refused("peer", "start", "--listen", f"127.0.0.1:{base}")
+    assert f"127.0.0.1:{base}" in error
 
 
 def test_a_peer_whose_remembered_contacts_are_gone_retries_or_starts_alone(
