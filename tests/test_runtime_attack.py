@@ -5,15 +5,14 @@ the oracle expects, and count every refusal."""
 from __future__ import annotations
 
 import random
-from collections import Counter
 
 import trio
+from runtime_harness import oracle_round
 
 from dht.errors import WireError
 from dht.messages import HopAck, Ping
 from dht.wire import Handle, codec
-from pubsub.schema import THESIS_SCHEMA
-from runtime.client import ClientSubscription, connect
+from runtime.client import connect
 from runtime.guard import (
     MAX_WIRE_FRAME,
     FrameReader,
@@ -26,7 +25,6 @@ from runtime.identity import Identity, PeerAddress
 from runtime.inprocess import start_local_swarm
 from runtime.messages import Authed, Sealed
 from runtime.peer import PeerConfig, PeerRuntime, read_frame
-from sim.workload import thesis_workload
 
 FRAMES = 100_000
 CONNECTIONS = 10
@@ -91,44 +89,10 @@ def _attack_frames(target: bytes, rng: random.Random) -> tuple[list[bytes], list
 async def _deliveries_match_oracle(peers: list[PeerRuntime], seed: int) -> tuple[int, int, int]:
     """Subscribe through two peers (the target among them), publish through the target and
     another, and return (missed, duplicates, false positives) against brute-force matching."""
-    rng = random.Random(seed)
-    workload = thesis_workload(random.Random(seed + 1))
-    subs = [workload.subscription(rng) for _ in range(40)]
-    events = [workload.event(rng) for _ in range(60)]
-    names = [a.name for a in THESIS_SCHEMA.attributes]
-    got: dict[int, Counter[int]] = {k: Counter() for k in range(len(subs))}
-    eids: list[int] = []
-
-    async def collect(k: int, sub: ClientSubscription) -> None:
-        async for d in sub:
-            got[k][d.eid] += 1
-
     target, other = peers[0].address, peers[2].address
     assert target is not None and other is not None
-    async with (
-        connect("127.0.0.1", target.port) as a,
-        connect("127.0.0.1", other.port) as b,
-        trio.open_nursery() as readers,
-    ):
-        for k, s in enumerate(subs):
-            handle = await (a if k % 2 else b).subscribe(s.describe(THESIS_SCHEMA))
-            readers.start_soon(collect, k, handle)
-        for j, values in enumerate(events):
-            eids.append(await (a if j % 2 else b).publish(dict(zip(names, values, strict=True))))
-        want = {
-            k: {e for e, v in zip(eids, events, strict=True) if s.matches(v, "strict")}
-            for k, s in enumerate(subs)
-        }
-        total = sum(len(w) for w in want.values())
-        with trio.move_on_after(60):  # a guard against a hang, not a timing assertion
-            while sum(sum(c.values()) for c in got.values()) < total:
-                await trio.sleep(0.05)
-        await trio.sleep(0.5)
-        readers.cancel_scope.cancel()
-    missed = sum(len(want[k] - set(got[k])) for k in want)
-    false = sum(len(set(got[k]) - want[k]) for k in want)
-    dups = sum(n - 1 for c in got.values() for n in c.values() if n > 1)
-    return missed, dups, false
+    ports = (target.port, other.port)
+    return await oracle_round(ports, ports, seed, n_subs=40, n_events=60)
 
 
 async def _attack_sessions(target: PeerRuntime) -> dict[str, int]:

@@ -16,18 +16,18 @@ import struct
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from runtime_harness import oracle_round as run_oracle_round
 from test_runtime_cli import free_base
 
 from dht.messages import Ping
 from dht.wire import Handle, codec
 from pubsub.schema import THESIS_SCHEMA
-from runtime.client import ClientSubscription, connect
+from runtime.client import connect
 from runtime.guard import Sealer, frame
 from runtime.identity import Identity, PeerAddress
 from sim.workload import thesis_workload
@@ -172,47 +172,11 @@ async def leaf_sets_full(ports: list[int]) -> bool:
 
 
 async def oracle_round(ports: list[int], seed: int, n_subs: int = 30, n_events: int = 40) -> tuple:
-    """Subscribe through two peers, publish through two others; (missed, duplicates, false
-    positives) against brute-force matching."""
-    rng = random.Random(seed)
-    workload = thesis_workload(random.Random(seed + 1))
-    subs = [workload.subscription(rng) for _ in range(n_subs)]
-    events = [workload.event(rng) for _ in range(n_events)]
-    names = [a.name for a in THESIS_SCHEMA.attributes]
-    got: dict[int, Counter[int]] = {k: Counter() for k in range(len(subs))}
-    eids: list[int] = []
-
-    async def collect(k: int, sub: ClientSubscription) -> None:
-        async for d in sub:
-            got[k][d.eid] += 1
-
+    """Subscribe through two peers, publish through two others (see ``runtime_harness``)."""
     n = len(ports)
-    async with (
-        connect("127.0.0.1", ports[0]) as a,
-        connect("127.0.0.1", ports[n // 2]) as b,
-        connect("127.0.0.1", ports[1 % n]) as p1,
-        connect("127.0.0.1", ports[-1]) as p2,
-        trio.open_nursery() as readers,
-    ):
-        for k, s in enumerate(subs):
-            handle = await (a if k % 2 else b).subscribe(s.describe(THESIS_SCHEMA))
-            readers.start_soon(collect, k, handle)
-        for j, values in enumerate(events):
-            eids.append(await (p1 if j % 2 else p2).publish(dict(zip(names, values, strict=True))))
-        want = {
-            k: {e for e, v in zip(eids, events, strict=True) if s.matches(v, "strict")}
-            for k, s in enumerate(subs)
-        }
-        total = sum(len(w) for w in want.values())
-        with trio.move_on_after(60):  # a guard against a hang, not a timing assertion
-            while sum(sum(c.values()) for c in got.values()) < total:
-                await trio.sleep(0.05)
-        await trio.sleep(0.5)
-        readers.cancel_scope.cancel()
-    missed = sum(len(want[k] - set(got[k])) for k in want)
-    false = sum(len(set(got[k]) - want[k]) for k in want)
-    dups = sum(n - 1 for c in got.values() for n in c.values() if n > 1)
-    return missed, dups, false
+    return await run_oracle_round(
+        (ports[0], ports[n // 2]), (ports[1 % n], ports[-1]), seed, n_subs, n_events
+    )
 
 
 # ------------------------------------------------------------------------------- item 14
