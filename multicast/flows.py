@@ -126,6 +126,8 @@ PUB_TRANSITIONS: dict[PubState, frozenset[PubState]] = {
     PubState.SOURCE: frozenset({PubState.DROPPED}),
     PubState.DROPPED: frozenset(),
 }
+#: The states a publication is created in (from a pull, a slice or an offer; by ``publish``).
+PUB_INITIAL = frozenset({PubState.PENDING, PubState.SOURCE})
 #: States in which a publication has every slice.
 HAS_ALL = frozenset({PubState.COMPLETE, PubState.SOURCE})
 
@@ -158,10 +160,12 @@ class Publication:
         "waiting",
     )
 
-    def __init__(self, key: PubKey, mode: int, now: float) -> None:
+    def __init__(
+        self, key: PubKey, mode: int, now: float, state: PubState = PubState.PENDING
+    ) -> None:
         self.key = key
         self.mode = mode
-        self.state = PubState.PENDING
+        self.state = state
         self.total: int | None = None
         self.size = 0
         self.slices: list[bytes | None] = []
@@ -194,11 +198,10 @@ class Publication:
         self.last_active = now
 
     def init(self, total: int, size: int) -> None:
-        """The shape is known: PENDING -> RECEIVING."""
+        """The shape is known (``total`` slices, ``size`` bytes)."""
         self.total = total
         self.size = size
         self.slices = [None] * total
-        self.state = PubState.RECEIVING
 
 
 class Flow:

@@ -101,11 +101,10 @@ class Publications:
             members.send_join(m, now)
         pid = self._ctx.rng.getrandbits(63)
         key = (topic, self._ctx.me, pid)
-        pub = Publication(key, mode, now)
+        pub = Publication(key, mode, now, PubState.SOURCE)
         pub.init(len(slices), size)
         pub.slices = list(slices)
         pub.count = pub.prefix = len(slices)
-        pub.state = PubState.SOURCE
         self.pubs[key] = pub
         if m.has_list:
             self._open_children(m, pub, now)
@@ -350,6 +349,7 @@ class Publications:
             if mode != pub.mode:
                 raise RemoteProtocolError("publication's mode differs from the pull's")
             pub.init(total, size)
+            pub.state = PubState.RECEIVING
             parked, pub.waiting = pub.waiting, {}
             for lst in parked.values():
                 self._sender.wake(lst)
