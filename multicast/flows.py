@@ -74,10 +74,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from enum import Enum
 
 from multicast.messages import TopicData
+from multicast.rendezvous import Membership
 from multicast.topic_base import PubKey, TopicContext
 
 
@@ -226,12 +227,13 @@ class Flow:
 class Sender:
     """One node's flows over all its publications: the ready queue and the send budget."""
 
-    __slots__ = ("_ctx", "_version_of", "inflight", "ready")
+    __slots__ = ("_ctx", "_topics", "inflight", "ready")
 
-    def __init__(self, ctx: TopicContext, version_of: Callable[[str], int]) -> None:
+    def __init__(self, ctx: TopicContext, topics: Mapping[str, Membership]) -> None:
         self._ctx = ctx
-        #: Our list version of a topic, which every slice carries.
-        self._version_of = version_of
+        #: The topics we are attached to (``Members.topics``): every slice carries our list
+        #: version of its topic.
+        self._topics = topics
         self.ready: deque[Flow] = deque()
         #: Slices unacknowledged over all flows.
         self.inflight = 0
@@ -327,7 +329,8 @@ class Sender:
             data = pub.slices[k]
             assert data is not None  # a slice we sent once, or checked just now
             topic, publisher, pid = pub.key
-            version = self._version_of(topic)
+            m = self._topics.get(topic)
+            version = m.version if m is not None else 0
             ctx.send(
                 f.dest,
                 TopicData(topic, publisher, pid, k, pub.total, pub.size, pub.mode, version, data),

@@ -366,7 +366,8 @@ class Publications:
             if m is None:
                 self.drop(pub, now, remember=False)
                 continue
-            self._sender.time_out(pub, now)
+            if pub.flows:
+                self._sender.time_out(pub, now)
             if pub.opened and pub.total is not None and m.has_list:
                 # Backstop for lost offers and views that changed under us: a child we neither
                 # serve nor finished serving is told about the publication again.

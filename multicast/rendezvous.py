@@ -172,6 +172,7 @@ class Members:
 
     def __init__(self, ctx: TopicContext) -> None:
         self._ctx = ctx
+        #: (The dict objects are never replaced: the sender keeps a reference to ``topics``.)
         self.topics: dict[str, Membership] = {}
         self.hosted: dict[str, HostedTopic] = {}
 
@@ -223,11 +224,6 @@ class Members:
             me = self._ctx.dht.me.handle
             hb = TopicHeartbeat(m.topic, me, m.nonce, m.receiver, m.version, m.digest)
             self._ctx.send(m.rendezvous, hb)
-
-    def version_of(self, topic: str) -> int:
-        """Our list version of ``topic`` (0 when we are not attached): every slice carries it."""
-        m = self.topics.get(topic)
-        return m.version if m is not None else 0
 
     def on_members(
         self, msg: TopicMembers, src: bytes, now: float

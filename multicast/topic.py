@@ -108,9 +108,10 @@ class TopicNode(Application):
         ctx = self._ctx = TopicContext(dht, rng, self.cfg, self._codec)
         self.stats: TopicStats = ctx.stats
         members = self._members = Members(ctx)
-        self._sender = Sender(ctx, members.version_of)
+        self._sender = Sender(ctx, members.topics)
         pubs = self._pubs = Publications(ctx, members, self._sender)
         self._draining = False
+        self._timer_heap = ctx.timers.heap
         #: Messages sent to us directly (by transport address), by type.
         self._direct: dict[type[Message], _Direct] = {
             TopicMembers: self._on_members,  # the list, then the path update
@@ -148,7 +149,8 @@ class TopicNode(Application):
         return out
 
     def get_timer(self) -> float | None:
-        return self._ctx.timers.deadline()
+        heap = self._timer_heap
+        return heap[0][0] if heap else None
 
     # --------------------------------------------------------------------------------- inputs
 

@@ -122,23 +122,22 @@ class TimerHeap:
     """Deadlines in order; ties go in the order they were set (the sequence number), so that
     the same inputs always fire the timers in the same order."""
 
-    __slots__ = ("_heap", "_seq")
+    __slots__ = ("_seq", "heap")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, TimerKind, str]] = []
+        #: (deadline, sequence number, kind, argument); read-only outside this class (the
+        #: driver asks for the next deadline after every input: ``TopicNode.get_timer`` reads
+        #: ``heap[0]`` without a call). The list object is never replaced.
+        self.heap: list[tuple[float, int, TimerKind, str]] = []
         self._seq = 0
 
     def push(self, deadline: float, kind: TimerKind, arg: str = "") -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (deadline, self._seq, kind, arg))
-
-    def deadline(self) -> float | None:
-        heap = self._heap
-        return heap[0][0] if heap else None
+        heapq.heappush(self.heap, (deadline, self._seq, kind, arg))
 
     def pop_due(self, now: float) -> tuple[TimerKind, str] | None:
         """The earliest entry due at ``now``, removed; None when none is."""
-        heap = self._heap
+        heap = self.heap
         if not heap or heap[0][0] > now:
             return None
         _, _, kind, arg = heapq.heappop(heap)
