@@ -108,12 +108,13 @@ def registered() -> dict[int, type[Message]]:
 class Codec:
     """Encoder and strict decoder over a fixed set of message types."""
 
-    __slots__ = ("_decoder", "_encode", "max_bytes", "raw_encode", "types")
+    __slots__ = ("_classes", "_decoder", "_encode", "max_bytes", "raw_encode", "types")
 
     def __init__(self, types: dict[int, type[Message]], max_bytes: int = MAX_FRAME_BYTES) -> None:
         if not types:
             raise LocalProtocolError("a codec needs at least one message type")
         self.types = dict(types)
+        self._classes = frozenset(self.types.values())
         self.max_bytes = max_bytes
         union: Any = Union[tuple(self.types.values())]  # noqa: UP007 - built at run time
         self._decoder = msgspec.msgpack.Decoder(union)
@@ -123,7 +124,7 @@ class Codec:
         self.raw_encode = self._encode
 
     def encode(self, msg: Message) -> bytes:
-        if self.types.get(type(msg).__struct_config__.tag) is not type(msg):
+        if type(msg) not in self._classes:
             raise LocalProtocolError(f"{type(msg).__name__} is not a registered wire message")
         try:
             frame = b"\x01" + self._encode(msg)

@@ -292,7 +292,7 @@ class PubSubNode(Application):
         self._subs: dict[int, _MySub] = {}
         self._next_sid = 1
         self._events: list[AppEvent] = []
-        self._parked: dict[tuple[str, TreeId], list[tuple[Message, float]]] = {}
+        self._parked: dict[tuple[str, TreeId], list[tuple[ProbeSub | ProbePub, float]]] = {}
         self._timers: list[tuple[float, int, tuple[str, TreeId]]] = []
         #: Copies of tree nodes whose primary is another peer (replication), by (schema, tid).
         self.replicas: dict[tuple[str, TreeId], TreeNode] = {}
@@ -539,9 +539,8 @@ class PubSubNode(Application):
                     rec.pending = pending
             return
         del self._subs[msg.sid]
-        pending = rec.pending
-        if pending is not None and pending[0] == "modify":
-            new: Subscription = pending[1]
+        if rec.pending is not None and rec.pending[0] == "modify":
+            new: Subscription = rec.pending[1]
             self._install(msg.sid, (rec.gen + 1) & 0xFFFF, new, self._schema(new.schema), now)
         else:
             self._events.append(SubscriptionRemoved(msg.sid, now))
