@@ -22,7 +22,7 @@ from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
 from dht.ids import IdSpace
 from dht.messages import Direct, HopAck, JoinRequest, Route
 from dht.routing import Peer
-from dht.wire import Message, codec
+from dht.wire import Handle, Message, codec
 
 log = logging.getLogger("rangecast.dht")
 
@@ -52,8 +52,9 @@ class Application:
         """``peer`` entered (joined=True) or left this node's neighbourhood (Pastry: its leaf
         set; Kademlia: its buckets)."""
 
-    def receive_direct(self, payload: bytes, sender: Peer, now: float) -> None:
-        """A point-to-point message from ``sender``."""
+    def receive_direct(self, payload: bytes, sender: Handle, now: float) -> None:
+        """A point-to-point message from ``sender`` (its handle as sent, the id's length
+        checked; ``Peer.from_handle`` makes a ``Peer`` of it for those that need one)."""
 
     def ready(self, now: float) -> None:
         """The node has joined the overlay (or was bootstrapped) and routes."""
@@ -324,7 +325,10 @@ class DhtCore:
             del self._pending[msg.uid]
 
     def _on_direct(self, msg: Direct, src: bytes, now: float) -> None:
-        self.app.receive_direct(msg.payload, Peer.from_handle(self.space, msg.sender), now)
+        sender = msg.sender
+        if len(sender.id) != self.space.nbytes:
+            raise RemoteProtocolError(f"sender id of {len(sender.id)} bytes")
+        self.app.receive_direct(msg.payload, sender, now)
 
     # -------------------------------------------------------------------------------- helpers
 

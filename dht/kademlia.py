@@ -328,6 +328,7 @@ class KademliaNode(DhtCore):
         app: Application | None = None,
     ) -> None:
         cfg = config or KademliaConfig()
+        self.stats: KademliaStats
         super().__init__(ident, addr, rng, cfg, proximity, app, KademliaStats())
         self.table = BucketTable(self.space, ident, cfg.k, near=cfg.siblings)
         self._lookups: dict[int, _Lookup] = {}
@@ -644,6 +645,7 @@ class KademliaNode(DhtCore):
             return
         self.stats.reroutes += 1
         msg = p.msg
+        assert isinstance(msg, Route)  # Kademlia joins are lookups, never acked hops
         back = Route(msg.uid, msg.key, msg.origin, max(msg.hops - 1, 0), msg.payload)
         self._advance(back, p.key, now, p.reroutes + 1)
 

@@ -14,7 +14,7 @@ from dht.wire import U8, U63, Handle, Message, Payload, WireBytes, register
 Row = Annotated[int, msgspec.Meta(ge=-1, le=255)]
 
 
-class Route(Message, tag=1):
+class Route(Message, tag=1, frozen=True):
     """An application message travelling hop by hop towards the root of ``key``."""
 
     uid: U63
@@ -24,13 +24,13 @@ class Route(Message, tag=1):
     payload: Payload
 
 
-class HopAck(Message, tag=2):
+class HopAck(Message, tag=2, frozen=True):
     """Next hop's receipt for a ``Route``; a missing ack marks the next hop failed."""
 
     uid: U63
 
 
-class JoinRequest(Message, tag=3):
+class JoinRequest(Message, tag=3, frozen=True):
     """Routed to the joiner's own id; every node on the way sends the joiner routing rows."""
 
     joiner: Handle
@@ -41,72 +41,72 @@ class JoinRequest(Message, tag=3):
     uid: U63
 
 
-class JoinRows(Message, tag=4):
+class JoinRows(Message, tag=4, frozen=True):
     """Routing-table rows (flattened) from a node on the join path, the sender included."""
 
     sender: Handle
     entries: list[Handle]
 
 
-class JoinReply(Message, tag=5):
+class JoinReply(Message, tag=5, frozen=True):
     """From the joiner's root: its leaf set, from which the joiner builds its own."""
 
     root: Handle
     leaves: list[Handle]
 
 
-class Announce(Message, tag=6):
+class Announce(Message, tag=6, frozen=True):
     """A node tells others it exists (after joining, or to a newly learnt leaf)."""
 
     node: Handle
 
 
-class LeafSetRequest(Message, tag=7):
+class LeafSetRequest(Message, tag=7, frozen=True):
     sender: Handle
 
 
-class LeafSetReply(Message, tag=8):
+class LeafSetReply(Message, tag=8, frozen=True):
     sender: Handle
     leaves: list[Handle]
 
 
-class Ping(Message, tag=9):
+class Ping(Message, tag=9, frozen=True):
     """Leaf-set keep-alive."""
 
     sender: Handle
 
 
-class Pong(Message, tag=10):
+class Pong(Message, tag=10, frozen=True):
     sender: Handle
 
 
-class RowRequest(Message, tag=11):
+class RowRequest(Message, tag=11, frozen=True):
     """Lazy routing-table repair: ask a peer for its row ``row``."""
 
     sender: Handle
     row: U8
 
 
-class RowReply(Message, tag=12):
+class RowReply(Message, tag=12, frozen=True):
     sender: Handle
     row: U8
     entries: list[Handle]
 
 
-class Direct(Message, tag=13):
+class Direct(Message, tag=13, frozen=True):
     """A point-to-point application message (no routing)."""
 
     sender: Handle
     payload: Payload
 
 
-class Leave(Message, tag=14):
+class Leave(Message, tag=14, frozen=True):
     """Graceful departure: the receiver drops the sender now instead of after a timeout."""
 
     sender: Handle
 
 
-class FindNode(Message, tag=15):
+class FindNode(Message, tag=15, frozen=True):
     """Kademlia: "the ``k`` nodes you know closest to ``target``", one step of a lookup."""
 
     lid: U63
@@ -114,7 +114,7 @@ class FindNode(Message, tag=15):
     target: WireBytes
 
 
-class FoundNodes(Message, tag=16):
+class FoundNodes(Message, tag=16, frozen=True):
     """Kademlia: the answer to ``FindNode`` (the sender's closest contacts, closest first)."""
 
     lid: U63

@@ -108,19 +108,23 @@ def registered() -> dict[int, type[Message]]:
 class Codec:
     """Encoder and strict decoder over a fixed set of message types."""
 
-    __slots__ = ("_decoder", "_encode", "max_bytes", "types")
+    __slots__ = ("_classes", "_decoder", "_encode", "max_bytes", "raw_encode", "types")
 
     def __init__(self, types: dict[int, type[Message]], max_bytes: int = MAX_FRAME_BYTES) -> None:
         if not types:
             raise LocalProtocolError("a codec needs at least one message type")
         self.types = dict(types)
+        self._classes = frozenset(self.types.values())
         self.max_bytes = max_bytes
         union: Any = Union[tuple(self.types.values())]  # noqa: UP007 - built at run time
         self._decoder = msgspec.msgpack.Decoder(union)
         self._encode = msgspec.msgpack.Encoder().encode
+        #: The bare encoder (no version byte, no checks): a frame is ``1 + len(raw_encode(m))``
+        #: bytes, which is how the simulator charges every message without building the frame.
+        self.raw_encode = self._encode
 
     def encode(self, msg: Message) -> bytes:
-        if self.types.get(type(msg).__struct_config__.tag) is not type(msg):
+        if type(msg) not in self._classes:
             raise LocalProtocolError(f"{type(msg).__name__} is not a registered wire message")
         try:
             frame = b"\x01" + self._encode(msg)
@@ -136,7 +140,7 @@ class Codec:
     def size(self, msg: Message) -> int:
         """Encoded size in bytes, for the simulator's accounting (messages are built by our own
         cores from registered types, so the checks of ``encode`` are skipped on this hot path)."""
-        return len(self._encode(msg)) + 1
+        return len(self.raw_encode(msg)) + 1
 
     def decode(self, frame: bytes | bytearray | memoryview) -> Message:
         """Decode one frame or raise ``WireError`` (never anything else)."""

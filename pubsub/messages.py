@@ -73,7 +73,7 @@ class Event(msgspec.Struct, frozen=True, array_like=True, gc=False):
     values: list[Finite | None]
 
 
-class ProbeSub(Message, tag=64):
+class ProbeSub(Message, tag=64, frozen=True):
     """RndLeafProbe: look for the leaf holding ``sub``'s point, starting at ``target``.
     ``via_lrt``: an internal node's leaf table named ``target``, so it exists or is being
     created; ``jumps`` bounds the jump-ups."""
@@ -85,7 +85,7 @@ class ProbeSub(Message, tag=64):
     sub: StoredSub
 
 
-class InstallAck(Message, tag=65):
+class InstallAck(Message, tag=65, frozen=True):
     """To the subscriber: a piece was stored (op insert) or removed (op remove)."""
 
     op: U8
@@ -95,7 +95,7 @@ class InstallAck(Message, tag=65):
     found: bool
 
 
-class LeafUpdate(Message, tag=66):
+class LeafUpdate(Message, tag=66, frozen=True):
     """To the parent (and on to the root): ``split`` became internal with two leaf children."""
 
     split: Ref
@@ -103,7 +103,7 @@ class LeafUpdate(Message, tag=66):
     at_depth: Depth
 
 
-class TransferSub(Message, tag=67):
+class TransferSub(Message, tag=67, frozen=True):
     """Creates leaf ``target`` with the subscriptions its parent's split gave it. ``seen``: events
     the parent matched recently, so that no subscription matches an event twice."""
 
@@ -112,7 +112,7 @@ class TransferSub(Message, tag=67):
     seen: list[U63]
 
 
-class ProbePub(Message, tag=68):
+class ProbePub(Message, tag=68, frozen=True):
     """RndRegionProbe: match ``event`` on attribute ``target.attr`` in the part of the target
     region inside zone ``scope`` (a node at or below ``target`` in the tree)."""
 
@@ -124,7 +124,7 @@ class ProbePub(Message, tag=68):
     jumps: U8
 
 
-class EventDelivery(Message, tag=69):
+class EventDelivery(Message, tag=69, frozen=True):
     """To the subscriber: ``event`` matched its subscriptions ``sids``."""
 
     event: Event
@@ -170,7 +170,7 @@ class ProbeTarget(msgspec.Struct, frozen=True, array_like=True, gc=False, omit_d
         return (self.path << self.below) | self.below_path
 
 
-class ProbePubMulticast(Message, tag=70):
+class ProbePubMulticast(Message, tag=70, frozen=True):
     """RndRegionProbe targets that share the next hop: one event, several tree nodes. Each hop
     serves the targets it is root of and regroups the rest (``multicast.prefix.split``)."""
 
@@ -189,7 +189,7 @@ class Relay(msgspec.Struct, frozen=True, array_like=True, gc=False):
     parent: Annotated[int, msgspec.Meta(ge=-1, le=0xFFFF)]
 
 
-class LbddDelivery(Message, tag=71):
+class LbddDelivery(Message, tag=71, frozen=True):
     """To a subscriber: ``event`` matched its subscriptions ``sids``; pass it on to the
     subscribers in ``below`` (its subtree of the leaf's LBDD tree, parents listed first)."""
 
@@ -205,7 +205,7 @@ class Notify(msgspec.Struct, frozen=True, array_like=True, gc=False):
     sids: list[U32]
 
 
-class DeliveryMulticast(Message, tag=72):
+class DeliveryMulticast(Message, tag=72, frozen=True):
     """Notifications of one event grouped per next hop towards the subscribers' ids (the
     prefix-grouped multicast used for delivery); each hop regroups."""
 
@@ -214,7 +214,7 @@ class DeliveryMulticast(Message, tag=72):
     targets: Annotated[list[Notify], msgspec.Meta(min_length=1, max_length=65535)]
 
 
-class ReplicaPut(Message, tag=73):
+class ReplicaPut(Message, tag=73, frozen=True):
     """The whole state of tree node ``target`` (whether it is a leaf, its subscription pieces,
     the events it matched recently), from its primary to a member of its replica set; with
     ``handoff``, from a peer that is no longer the node's root to the one that now is, which
@@ -227,7 +227,7 @@ class ReplicaPut(Message, tag=73):
     handoff: bool
 
 
-class ReplicaOp(Message, tag=74):
+class ReplicaOp(Message, tag=74, frozen=True):
     """One change to a replicated leaf: ``op`` (insert or remove) of piece ``sub``."""
 
     target: Ref
@@ -235,7 +235,7 @@ class ReplicaOp(Message, tag=74):
     sub: StoredSub
 
 
-class ReplicaDrop(Message, tag=75):
+class ReplicaDrop(Message, tag=75, frozen=True):
     """The sender no longer counts on the receiver as a replica of ``target``."""
 
     target: Ref

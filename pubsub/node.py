@@ -46,10 +46,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from dht.core import Application, DhtCore, State
 from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
 from dht.routing import Peer
-from dht.wire import Message, codec
+from dht.wire import Handle, Message, codec
 from multicast.lbdd import build_tree
 from multicast.prefix import MAX_HOPS as MULTICAST_MAX_HOPS
 from multicast.prefix import split as split_keys
@@ -163,22 +165,23 @@ class OverlayConfig:
 # ------------------------------------------------------------------------ application events
 
 
-@dataclass(frozen=True, slots=True)
-class SubscriptionInstalled:
+# Frozen msgspec structs rather than frozen dataclasses: one is made for every delivery, and a
+# struct is built in C (a frozen dataclass sets each field through ``object.__setattr__``).
+
+
+class SubscriptionInstalled(msgspec.Struct, frozen=True, gc=False):
     """Every piece of subscription ``sid`` is stored and acknowledged."""
 
     sid: int
     now: float
 
 
-@dataclass(frozen=True, slots=True)
-class SubscriptionRemoved:
+class SubscriptionRemoved(msgspec.Struct, frozen=True, gc=False):
     sid: int
     now: float
 
 
-@dataclass(frozen=True, slots=True)
-class EventDelivered:
+class EventDelivered(msgspec.Struct, frozen=True, gc=False):
     """``event`` arrived for our subscriptions ``sids`` (one message from one leaf)."""
 
     event: Event
@@ -186,8 +189,7 @@ class EventDelivered:
     now: float
 
 
-@dataclass(frozen=True, slots=True)
-class PieceStored:
+class PieceStored(msgspec.Struct, frozen=True, gc=False):
     """Observability: this peer stored a subscription piece at leaf ``tid`` (emitted by the
     host, not the subscriber; the simulator measures install latency with it)."""
 
@@ -290,7 +292,7 @@ class PubSubNode(Application):
         self._subs: dict[int, _MySub] = {}
         self._next_sid = 1
         self._events: list[AppEvent] = []
-        self._parked: dict[tuple[str, TreeId], list[tuple[Message, float]]] = {}
+        self._parked: dict[tuple[str, TreeId], list[tuple[ProbeSub | ProbePub, float]]] = {}
         self._timers: list[tuple[float, int, tuple[str, TreeId]]] = []
         #: Copies of tree nodes whose primary is another peer (replication), by (schema, tid).
         self.replicas: dict[tuple[str, TreeId], TreeNode] = {}
@@ -515,7 +517,7 @@ class PubSubNode(Application):
         for piece in rec.pieces:
             self._probe_sub(OP_REMOVE, schema, self._space(schema, piece.base), piece, now)
 
-    def _on_install_ack(self, msg: InstallAck, sender: Peer, now: float) -> None:
+    def _on_install_ack(self, msg: InstallAck, sender: Handle | None, now: float) -> None:
         rec = self._subs.get(msg.sid)
         if rec is None or rec.gen != msg.gen or msg.piece >= len(rec.pieces):
             return  # about an older generation, or not ours any more
@@ -537,9 +539,8 @@ class PubSubNode(Application):
                     rec.pending = pending
             return
         del self._subs[msg.sid]
-        pending = rec.pending
-        if pending is not None and pending[0] == "modify":
-            new: Subscription = pending[1]
+        if rec.pending is not None and rec.pending[0] == "modify":
+            new: Subscription = rec.pending[1]
             self._install(msg.sid, (rec.gen + 1) & 0xFFFF, new, self._schema(new.schema), now)
         else:
             self._events.append(SubscriptionRemoved(msg.sid, now))
@@ -549,10 +550,10 @@ class PubSubNode(Application):
     def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
         self._dispatch(payload, None, now)
 
-    def receive_direct(self, payload: bytes, sender: Peer, now: float) -> None:
+    def receive_direct(self, payload: bytes, sender: Handle, now: float) -> None:
         self._dispatch(payload, sender, now)
 
-    def _dispatch(self, payload: bytes, sender: Peer | None, now: float) -> None:
+    def _dispatch(self, payload: bytes, sender: Handle | None, now: float) -> None:
         try:
             msg = self._codec.decode(payload)
         except WireError as exc:
@@ -571,7 +572,7 @@ class PubSubNode(Application):
 
     # ------------------------------------------------------------------------ tree node host
 
-    def _on_probe_sub(self, msg: ProbeSub, sender: Peer | None, now: float) -> None:
+    def _on_probe_sub(self, msg: ProbeSub, sender: Handle | None, now: float) -> None:
         space, tid = self._resolve(msg.target)
         sub = msg.sub
         if sub.base != space.index:
@@ -627,7 +628,7 @@ class PubSubNode(Application):
             ref = Ref(schema, tid.attr, tid.depth, tid.path)
             self._route(schema, parent, LeafUpdate(ref, parent.depth), now)
 
-    def _on_transfer(self, msg: TransferSub, sender: Peer | None, now: float) -> None:
+    def _on_transfer(self, msg: TransferSub, sender: Handle | None, now: float) -> None:
         space, tid = self._resolve(msg.target)
         self._check_pieces(space, tid, msg.subs)
         schema = msg.target.schema
@@ -657,7 +658,7 @@ class PubSubNode(Application):
         ):
             self._split(schema, space, node, now)
 
-    def _on_leaf_update(self, msg: LeafUpdate, sender: Peer | None, now: float) -> None:
+    def _on_leaf_update(self, msg: LeafUpdate, sender: Handle | None, now: float) -> None:
         _, split = self._resolve(msg.split)
         depth = msg.at_depth
         if not 0 <= depth < split.depth:
@@ -681,7 +682,7 @@ class PubSubNode(Application):
                 raise RemoteProtocolError("event value is not a finite number")
         return schema
 
-    def _on_probe_pub(self, msg: ProbePub, sender: Peer | None, now: float) -> None:
+    def _on_probe_pub(self, msg: ProbePub, sender: Handle | None, now: float) -> None:
         space, tid = self._resolve(msg.target)
         event = msg.event
         if event.schema != msg.target.schema:
@@ -758,7 +759,7 @@ class PubSubNode(Application):
                 self.stats.malformed += 1
                 log.debug("dropped bad multicast target: %s", exc)
 
-    def _on_multicast(self, msg: ProbePubMulticast, sender: Peer | None, now: float) -> None:
+    def _on_multicast(self, msg: ProbePubMulticast, sender: Handle | None, now: float) -> None:
         """Serve the targets this peer is root of and send the rest on, regrouped."""
         event = msg.event
         self._check_event(event)
@@ -828,7 +829,7 @@ class PubSubNode(Application):
                 self.stats.drop("notification for a departed subscriber")
 
     def _on_delivery_multicast(
-        self, msg: DeliveryMulticast, sender: Peer | None, now: float
+        self, msg: DeliveryMulticast, sender: Handle | None, now: float
     ) -> None:
         if msg.hops >= MULTICAST_MAX_HOPS:
             self.stats.drop("multicast hop budget exhausted")
@@ -839,7 +840,7 @@ class PubSubNode(Application):
                 raise RemoteProtocolError("notification for a malformed subscriber id")
         self._notify_multicast(msg.event, msg.targets, msg.hops, now)
 
-    def _on_lbdd_delivery(self, msg: LbddDelivery, sender: Peer | None, now: float) -> None:
+    def _on_lbdd_delivery(self, msg: LbddDelivery, sender: Handle | None, now: float) -> None:
         """Take our notification and pass the event on to our children, each with its own
         subtree. Parents are listed before their children, so one pass finds every entry's
         top-level ancestor and a malformed list cannot make a cycle."""
@@ -869,7 +870,7 @@ class PubSubNode(Application):
             child = Peer.from_handle(space, r.subscriber)
             self._send(child, LbddDelivery(msg.event, r.sids, listed), now)
 
-    def _on_delivery(self, msg: EventDelivery, sender: Peer | None, now: float) -> None:
+    def _on_delivery(self, msg: EventDelivery, sender: Handle | None, now: float) -> None:
         # At most one notification per subscription per event: an event in flight while a
         # subscription is modified can match its old generation at one leaf and its new one at
         # another. Repeats are dropped here and counted.
@@ -1060,7 +1061,7 @@ class PubSubNode(Application):
             return ReplicaPut(self._ref(key), True, list(node.index), list(node.seen), handoff)
         return ReplicaPut(self._ref(key), False, [], [], handoff)
 
-    def _on_replica_put(self, msg: ReplicaPut, sender: Peer | None, now: float) -> None:
+    def _on_replica_put(self, msg: ReplicaPut, sender: Handle | None, now: float) -> None:
         space, tid = self._resolve(msg.target)
         self._check_pieces(space, tid, msg.subs)
         key = (msg.target.schema, tid)
@@ -1100,7 +1101,7 @@ class PubSubNode(Application):
             else:
                 self._on_probe_sub(ProbeSub(OP_INSERT, ref, True, 0, s), None, now)
 
-    def _on_replica_op(self, msg: ReplicaOp, sender: Peer | None, now: float) -> None:
+    def _on_replica_op(self, msg: ReplicaOp, sender: Handle | None, now: float) -> None:
         space, tid = self._resolve(msg.target)
         self._check_pieces(space, tid, [msg.sub])
         key = (msg.target.schema, tid)
@@ -1113,7 +1114,7 @@ class PubSubNode(Application):
         else:
             node.index.remove(s.subscriber.id, s.sid, s.gen, s.piece)
 
-    def _on_replica_drop(self, msg: ReplicaDrop, sender: Peer | None, now: float) -> None:
+    def _on_replica_drop(self, msg: ReplicaDrop, sender: Handle | None, now: float) -> None:
         _, tid = self._resolve(msg.target)
         self.replicas.pop((msg.target.schema, tid), None)
 
@@ -1214,7 +1215,7 @@ class PubSubNode(Application):
         return [(schema, node) for (schema, _), node in self.nodes.items()]
 
 
-_Handler = Callable[[PubSubNode, Any, Peer | None, float], None]
+_Handler = Callable[[PubSubNode, Any, Handle | None, float], None]
 _ROUTED: dict[type[Message], _Handler] = {
     ProbeSub: PubSubNode._on_probe_sub,
     TransferSub: PubSubNode._on_transfer,

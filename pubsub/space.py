@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from dht.errors import LocalProtocolError
 
@@ -34,9 +35,11 @@ from dht.errors import LocalProtocolError
 MAX_DEPTH = 60
 
 
-@dataclass(frozen=True, slots=True)
-class TreeId:
-    """A node of one attribute's 2d-tree."""
+class TreeId(NamedTuple):
+    """A node of one attribute's 2d-tree.
+
+    A named tuple rather than a frozen dataclass: tree ids are built, hashed and compared on
+    every probe, and a tuple does all three in C."""
 
     attr: int
     depth: int

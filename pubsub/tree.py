@@ -15,6 +15,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 
+from sortedcontainers import SortedKeyList
+
 from pubsub.messages import StoredSub
 from pubsub.space import AttributeSpace, TreeId, zone_overlaps
 
@@ -51,18 +53,23 @@ def stored_matches(s: StoredSub, values: Sequence[float | None], strict: bool) -
 
 
 class LeafIndex:
-    """A leaf's stored subscription pieces, ordered by their point's x.
+    """A leaf's stored subscription pieces, ordered by their point's x (ties: insertion order).
 
-    Two parallel lists (keys and entries) searched with ``bisect``: leaves hold tens of entries,
-    where this beats a balanced structure's constant factors, and the candidate set for an
-    event is still a bisected slice rather than a scan."""
+    Matching runs on a bitmask index built from the entries on the first match after a change
+    (leaves are written rarely and read once per probing event). Bit ``k`` stands for the entry
+    at position ``k`` of that order. Per attribute, the predicates' bounds are sorted, so the
+    predicates an event value fails are a prefix or suffix of each sorted list: one bisection
+    and one precomputed mask each. The matches are the entries in the target region whose
+    predicates fail nowhere, read off the mask in position order, which is the order the plain
+    scan (``linear_match``) finds them in. Pieces of a load-balanced subscription (``pieces >
+    1``) are checked one by one with ``stored_matches``."""
 
-    __slots__ = ("_by_owner", "_entries", "_keys")
+    __slots__ = ("_by_owner", "_entries", "_masks")
 
     def __init__(self, entries: Iterable[StoredSub] = ()) -> None:
-        self._keys: list[float] = []
-        self._entries: list[StoredSub] = []
+        self._entries: SortedKeyList = SortedKeyList(key=_point_x)
         self._by_owner: dict[tuple[bytes, int, int, int], StoredSub] = {}
+        self._masks: _Masks | None = None
         for s in entries:
             self.add(s)
 
@@ -78,45 +85,41 @@ class LeafIndex:
         if key in self._by_owner:
             return False
         self._by_owner[key] = s
-        pos = bisect_right(self._keys, s.x)
-        self._keys.insert(pos, s.x)
-        self._entries.insert(pos, s)
+        self._entries.add(s)  # after any equal x: insertion order among ties
+        self._masks = None
         return True
 
     def remove(self, subscriber: bytes, sid: int, gen: int, piece: int) -> bool:
         s = self._by_owner.pop((subscriber, sid, gen, piece), None)
         if s is None:
             return False
-        pos = bisect_left(self._keys, s.x)
-        while self._entries[pos] is not s:
+        entries = self._entries
+        pos = entries.bisect_key_left(s.x)
+        while entries[pos] is not s:
             pos += 1
-        del self._keys[pos]
-        del self._entries[pos]
+        del entries[pos]
+        self._masks = None
         return True
 
     def candidates(self, value: float | None, cutoff: float | None) -> Iterator[StoredSub]:
         """Entries whose point lies in the target region of ``value`` (None: everywhere)."""
-        entries = self._entries
+        entries = list(self._entries)
         if value is None:
-            if cutoff is None:
-                yield from list(entries)
-            else:
-                for s in list(entries):
-                    if s.y - s.x <= cutoff:
-                        yield s
+            for s in entries:
+                if cutoff is None or s.y - s.x <= cutoff:
+                    yield s
             return
-        keys = self._keys
-        hi = bisect_right(keys, value)
-        lo = 0 if cutoff is None else bisect_left(keys, value - cutoff, 0, hi)
-        for s in entries[lo:hi]:
+        for s in entries[: self._entries.bisect_key_right(value)]:
             if s.y >= value and (cutoff is None or s.y - s.x <= cutoff):
                 yield s
 
     def match(
         self, values: Sequence[float | None], attr: int, cutoff: float | None, strict: bool
     ) -> list[StoredSub]:
-        v = values[attr] if attr < len(values) else None
-        return [s for s in self.candidates(v, cutoff) if stored_matches(s, values, strict)]
+        masks = self._masks
+        if masks is None:
+            masks = self._masks = _Masks(list(self._entries))
+        return masks.match(values, attr, cutoff, strict)
 
     def linear_match(
         self, values: Sequence[float | None], attr: int, cutoff: float | None, strict: bool
@@ -132,6 +135,146 @@ class LeafIndex:
             if stored_matches(s, values, strict):
                 out.append(s)
         return out
+
+
+def _point_x(s: StoredSub) -> float:
+    return s.x
+
+
+class _Bounds:
+    """One attribute's predicate bounds of the entries, for one side and one openness: sorted
+    bound values and, for each cut of that order, the mask of the entries on the failing side."""
+
+    __slots__ = ("bounds", "fail")
+
+    def __init__(self, pairs: list[tuple[float, int]], lower: bool) -> None:
+        pairs.sort()
+        self.bounds = [b for b, _ in pairs]
+        bits = [1 << k for _, k in pairs]
+        n = len(pairs)
+        # Lower bounds fail when above the value (a suffix of the order); upper bounds when
+        # below it (a prefix). fail[i] is the mask of the suffix from i / the prefix up to i.
+        fail = [0] * (n + 1)
+        if lower:
+            for i in range(n - 1, -1, -1):
+                fail[i] = fail[i + 1] | bits[i]
+        else:
+            for i in range(n):
+                fail[i + 1] = fail[i] | bits[i]
+        self.fail = fail
+
+
+class _Masks:
+    """The bitmask index of ``LeafIndex`` (see there), built from the entries in x order."""
+
+    __slots__ = (
+        "by_attr",
+        "entries",
+        "full",
+        "has_attr",
+        "pieced",
+        "wide",
+        "wide_cutoff",
+        "xs",
+        "ys",
+        "ys_fail",
+    )
+
+    def __init__(self, entries: list[StoredSub]) -> None:
+        self.entries = entries
+        self.xs = [s.x for s in entries]
+        n = len(entries)
+        self.full = (1 << n) - 1
+        pieced = 0
+        # (attribute) -> [closed lower, open lower, closed upper, open upper] bound lists
+        raw: dict[int, list[list[tuple[float, int]]]] = {}
+        has_attr: dict[int, int] = {}
+        y_pairs = []
+        for k, s in enumerate(entries):
+            bit = 1 << k
+            y_pairs.append((s.y, k))
+            if s.pieces > 1:
+                pieced |= bit
+                continue
+            for p in s.preds:
+                lists = raw.get(p.attr)
+                if lists is None:
+                    lists = raw[p.attr] = [[], [], [], []]
+                lists[p.flags & 1].append((p.lo, k))
+                lists[2 + ((p.flags >> 1) & 1)].append((p.hi, k))
+                has_attr[p.attr] = has_attr.get(p.attr, 0) | bit
+        self.pieced = pieced
+        self.has_attr = has_attr
+        self.by_attr = {
+            a: (
+                _Bounds(ls[0], True),
+                _Bounds(ls[1], True),
+                _Bounds(ls[2], False),
+                _Bounds(ls[3], False),
+            )
+            for a, ls in sorted(raw.items())
+        }
+        ys = _Bounds(y_pairs, False)  # entries with y below the value are outside the region
+        self.ys = ys.bounds
+        self.ys_fail = ys.fail
+        self.wide = 0
+        self.wide_cutoff: float | None = None
+
+    def _too_wide(self, cutoff: float) -> int:
+        """Entries whose point is more than ``cutoff`` above the diagonal (cached per cutoff)."""
+        if self.wide_cutoff != cutoff:
+            wide = 0
+            for k, s in enumerate(self.entries):
+                if s.y - s.x > cutoff:
+                    wide |= 1 << k
+            self.wide, self.wide_cutoff = wide, cutoff
+        return self.wide
+
+    def match(
+        self, values: Sequence[float | None], attr: int, cutoff: float | None, strict: bool
+    ) -> list[StoredSub]:
+        entries = self.entries
+        n = len(values)
+        v = values[attr] if attr < n else None
+        ok = self.full
+        if v is not None:
+            # The region: x <= v (a prefix of the x order) and y >= v.
+            ok &= (1 << bisect_right(self.xs, v)) - 1
+            ok &= ~self.ys_fail[bisect_left(self.ys, v)]
+        if cutoff is not None:
+            ok &= ~self._too_wide(cutoff)
+        if not ok:
+            return []
+        pieced = ok & self.pieced
+        ok &= ~pieced
+        has_attr = self.has_attr
+        for a, (lo_closed, lo_open, hi_closed, hi_open) in self.by_attr.items():
+            if not ok:
+                break
+            w = values[a] if a < n else None
+            if w is None:
+                if strict:
+                    ok &= ~has_attr[a]
+                continue
+            ok &= ~(
+                lo_closed.fail[bisect_right(lo_closed.bounds, w)]
+                | lo_open.fail[bisect_left(lo_open.bounds, w)]
+                | hi_closed.fail[bisect_left(hi_closed.bounds, w)]
+                | hi_open.fail[bisect_right(hi_open.bounds, w)]
+            )
+        if pieced:
+            for k in _bits(pieced):
+                if stored_matches(entries[k], values, strict):
+                    ok |= 1 << k
+        return [entries[k] for k in _bits(ok)]
+
+
+def _bits(mask: int) -> Iterator[int]:
+    """Positions of the set bits, lowest first."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
 
 
 class LeafTable:

@@ -22,7 +22,7 @@ Text = Annotated[str, msgspec.Meta(max_length=4096)]
 Name = Annotated[str, msgspec.Meta(max_length=128)]
 
 
-class Sealed(Message, tag=128):
+class Sealed(Message, tag=128, frozen=True):
     """One core message from peer to peer, signed. ``src`` must embed the id of ``key``
     (SHA-1), ``dst`` must be the receiver's own address, and (``epoch``, ``seq``) must be new
     for this sender: a frame failing any of these is refused."""
@@ -40,24 +40,24 @@ class Sealed(Message, tag=128):
 # ------------------------------------------------------------------------------- client API
 
 
-class Hello(Message, tag=129):
+class Hello(Message, tag=129, frozen=True):
     """Who are you? (a joining peer asks its contact; a client asks the peer it talks to)."""
 
 
-class HelloReply(Message, tag=130):
+class HelloReply(Message, tag=130, frozen=True):
     addr: WireBytes
     key: Key
     state: Name
     schemas: list[Name]
 
 
-class SubscribeRequest(Message, tag=131):
+class SubscribeRequest(Message, tag=131, frozen=True):
     req: U32
     schema: Name
     expr: Text
 
 
-class SubscribeReply(Message, tag=132):
+class SubscribeReply(Message, tag=132, frozen=True):
     """Sent once every piece of the subscription is stored and acknowledged (or at once, with
     ``error`` set). ``attributes`` names the schema's attributes in event order."""
 
@@ -67,7 +67,7 @@ class SubscribeReply(Message, tag=132):
     error: Text = ""
 
 
-class Notification(Message, tag=133):
+class Notification(Message, tag=133, frozen=True):
     """An event delivered for the client's subscription ``sid``."""
 
     sid: U32
@@ -76,12 +76,12 @@ class Notification(Message, tag=133):
     values: list[Finite | None]
 
 
-class UnsubscribeRequest(Message, tag=134):
+class UnsubscribeRequest(Message, tag=134, frozen=True):
     req: U32
     sid: U32
 
 
-class PublishRequest(Message, tag=135):
+class PublishRequest(Message, tag=135, frozen=True):
     """``values`` by attribute name; the peer validates them against the schema."""
 
     req: U32
@@ -89,24 +89,24 @@ class PublishRequest(Message, tag=135):
     values: dict[Name, Finite | None]
 
 
-class PublishReply(Message, tag=136):
+class PublishReply(Message, tag=136, frozen=True):
     req: U32
     eid: U63
     error: Text = ""
 
 
-class StatusRequest(Message, tag=137):
+class StatusRequest(Message, tag=137, frozen=True):
     req: U32
 
 
-class StatusReply(Message, tag=138):
+class StatusReply(Message, tag=138, frozen=True):
     """The peer's status as JSON text (its fields are documented in docs/runtime.md)."""
 
     req: U32
     json: Annotated[str, msgspec.Meta(max_length=1 << 20)]
 
 
-class Done(Message, tag=139):
+class Done(Message, tag=139, frozen=True):
     """A request that returns nothing succeeded (``error`` empty) or failed."""
 
     req: U32
@@ -116,7 +116,7 @@ class Done(Message, tag=139):
 # ------------------------------------------------------------------------- link sessions
 
 
-class SessionOpen(Message, tag=140):
+class SessionOpen(Message, tag=140, frozen=True):
     """First frame on a link: the initiator's identity and an ephemeral X25519 key, signed
     (Ed25519) over everything before ``sig``. ``dst`` is the address the initiator means to
     reach, so only that peer accepts."""
@@ -128,7 +128,7 @@ class SessionOpen(Message, tag=140):
     sig: Signature = b""
 
 
-class SessionAccept(Message, tag=141):
+class SessionAccept(Message, tag=141, frozen=True):
     """The responder's answer (the only frame ever written back on a link): its identity and
     ephemeral key, signed over both ephemeral keys and the opening frame, which binds the two
     halves of the handshake together."""
@@ -140,7 +140,7 @@ class SessionAccept(Message, tag=141):
     sig: Signature = b""
 
 
-class Authed(Message, tag=142):
+class Authed(Message, tag=142, frozen=True):
     """A core message on an established link. ``tag`` is HMAC-SHA256 (truncated to 16 bytes)
     under the session key over the frame's number on the link and ``body``: the number is
     implicit, as TCP keeps frames in order, so a replayed, dropped or reordered frame fails."""

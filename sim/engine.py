@@ -24,6 +24,7 @@ real network.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 import time
@@ -33,12 +34,10 @@ from typing import Any, Protocol
 
 from dht.errors import LocalProtocolError
 from dht.messages import Direct, Route
-from dht.wire import Message, codec, payload_tag, registered
+from dht.wire import WIRE_VERSION, Message, codec, registered
 from sim.latency import LatencyModel
 
 _MSG, _TIMER, _CALL = 0, 1, 2
-#: Messages whose ``payload`` holds an application frame, charged to that frame's type.
-_CARRIERS = frozenset({Route, Direct})
 _INF = math.inf
 PORT = b"\x0f\xa0"  # every simulated host listens on port 4000
 
@@ -120,7 +119,8 @@ class Simulator:
         self.uplink_bps: list[float] | None = None
         self._uplink_free: list[float] = []
         self._q: list[tuple[float, int, int, int, Any, Any]] = []
-        self._seq = 0
+        #: Tie-breaker of the event queue: events at the same time run in the order scheduled.
+        self._counter = itertools.count(1)
         self._armed: list[float] = []
         self._rng = net_rng
         self._stop = False
@@ -130,7 +130,7 @@ class Simulator:
         #: payload (a routed ``Route``, a ``Direct``), the type of the payload, so that bytes are
         #: charged to what the application sent (routing headers included).
         self._type_counts: dict[Any, TypeCount] = {}
-        self._size = codec().size
+        self._encode = codec().raw_encode
         #: Cores with application events (``take_events``) hand them to ``on_events`` after
         #: every input: (node index, events).
         self.on_events: Callable[[int, list[Any]], None] | None = None
@@ -188,8 +188,7 @@ class Simulator:
         """Run ``fn(*args)`` at virtual time ``at`` (scenario actions)."""
         if at < self.now:
             raise LocalProtocolError(f"cannot schedule in the past ({at} < {self.now})")
-        self._seq += 1
-        heapq.heappush(self._q, (at, self._seq, _CALL, -1, fn, args))
+        heapq.heappush(self._q, (at, next(self._counter), _CALL, -1, fn, args))
 
     def stop(self) -> None:
         """Make ``run`` return after the current event."""
@@ -197,7 +196,7 @@ class Simulator:
 
     def poke(self, index: int) -> None:
         """Flush node ``index`` after the scenario called its API directly."""
-        self._flush(index)
+        self._make_flush()(index)
 
     # ------------------------------------------------------------------------------ the loop
 
@@ -211,7 +210,7 @@ class Simulator:
         armed = self._armed
         stats = self.stats
         received = stats.received_messages
-        flush = self._flush
+        flush = self._make_flush()
         self._stop = False
         check_every = 1 << 14
         countdown = check_every
@@ -237,6 +236,8 @@ class Simulator:
                 flush(i)
             else:
                 a(*b)
+                # A scenario action may have set a hook (message log, events) or an uplink.
+                flush = self._make_flush()
             stats.events += 1
             if self._stop:
                 break
@@ -262,63 +263,90 @@ class Simulator:
         return tc
 
     def _flush(self, i: int) -> None:
-        core = self.cores[i]
-        out = core.take_messages()  # type: ignore[union-attr]
-        if out:
-            now = self.now
-            stats = self.stats
-            index_of = self.index_of
-            one_way = self.latency.one_way_ms
-            size_of = self._size
-            type_counts = self._type_counts
-            carriers = _CARRIERS
-            q = self._q
-            uplink = self.uplink_bps
-            loss = self.loss
-            log = self.message_log
-            nbytes = 0
-            for addr, msg in out:
-                size = size_of(msg)
-                nbytes += size
-                cls = type(msg)
-                if cls in carriers:
-                    kind: Any = payload_tag(msg.payload) or cls  # type: ignore[attr-defined]
-                else:
-                    kind = cls
-                tc = type_counts.get(kind)
-                if tc is None:
-                    tc = type_counts[kind] = self._new_count(kind)
-                tc.messages += 1
-                tc.bytes += size
-                tc.per_node[i] += size
-                dst = index_of.get(addr)
-                if dst is None:
-                    stats.unknown_addr += 1
+        self._make_flush()(i)
+
+    def _make_flush(self) -> Callable[[int], None]:
+        """The flush of one node (see the module docstring), as a closure over everything that
+        stays fixed while the loop runs: it runs after every input, so every attribute it needs
+        is looked up once here rather than on every call. Built at the start of ``run`` (and on
+        ``poke``), after the scenario has set ``message_log``, ``on_events`` and uplinks."""
+        cores = self.cores
+        stats = self.stats
+        sent_messages = stats.sent_messages
+        sent_bytes = stats.sent_bytes
+        index_of = self.index_of
+        one_way = self.latency.one_way_ms
+        encode = self._encode
+        type_counts = self._type_counts
+        new_count = self._new_count
+        q = self._q
+        push = heapq.heappush
+        seq = self._counter
+        uplink = self.uplink_bps
+        uplink_free = self._uplink_free
+        loss = self.loss
+        rand = self._rng.random
+        log = self.message_log
+        take_events = self._take_events
+        on_events = self.on_events
+        armed = self._armed
+        route, direct = Route, Direct
+        version = WIRE_VERSION
+
+        def flush(i: int) -> None:
+            core = cores[i]
+            out = core.take_messages()  # type: ignore[union-attr]
+            if out:
+                now = self.now
+                nbytes = 0
+                for addr, msg in out:
+                    size = len(encode(msg)) + 1
+                    nbytes += size
+                    cls = type(msg)
+                    kind: Any = cls
+                    if cls is route or cls is direct:
+                        # The payload's tag, read off the frame (``dht.wire.payload_tag``).
+                        p = msg.payload  # type: ignore[attr-defined,union-attr]
+                        if len(p) > 2 and p[0] == version and 0x90 <= p[1] <= 0x9F:
+                            tag = p[2]
+                            if tag < 0x80:
+                                kind = tag
+                            elif tag == 0xCC and len(p) > 3:
+                                kind = p[3]
+                    tc = type_counts.get(kind)
+                    if tc is None:
+                        tc = type_counts[kind] = new_count(kind)
+                    tc.messages += 1
+                    tc.bytes += size
+                    tc.per_node[i] += size
+                    dst = index_of.get(addr)
+                    if dst is None:
+                        stats.unknown_addr += 1
+                        if log is not None:
+                            log(now, i, -1, tc.name, size, msg, True)
+                        continue
+                    depart = now
+                    if uplink is not None and uplink[i] != _INF:
+                        depart = max(now, uplink_free[i]) + size * 8.0 / uplink[i]
+                        uplink_free[i] = depart
+                    if loss and rand() < loss:
+                        stats.lost += 1
+                        if log is not None:
+                            log(now, i, dst, tc.name, size, msg, True)
+                        continue
                     if log is not None:
-                        log(now, i, -1, tc.name, size, msg, True)
-                    continue
-                depart = now
-                if uplink is not None and uplink[i] != _INF:
-                    depart = max(now, self._uplink_free[i]) + size * 8.0 / uplink[i]
-                    self._uplink_free[i] = depart
-                if loss and self._rng.random() < loss:
-                    stats.lost += 1
-                    if log is not None:
-                        log(now, i, dst, tc.name, size, msg, True)
-                    continue
-                if log is not None:
-                    log(now, i, dst, tc.name, size, msg, False)
-                self._seq += 1
-                heapq.heappush(q, (depart + one_way(i, dst) * 0.001, self._seq, _MSG, dst, i, msg))
-            stats.sent_messages[i] += len(out)
-            stats.sent_bytes[i] += nbytes
-        take = self._take_events[i]
-        if take is not None:
-            events = take()
-            if events and self.on_events is not None:
-                self.on_events(i, events)
-        t = core.get_timer()  # type: ignore[union-attr]
-        if t is not None and t < self._armed[i]:
-            self._armed[i] = t
-            self._seq += 1
-            heapq.heappush(self._q, (t, self._seq, _TIMER, i, None, None))
+                        log(now, i, dst, tc.name, size, msg, False)
+                    push(q, (depart + one_way(i, dst) * 0.001, next(seq), _MSG, dst, i, msg))
+                sent_messages[i] += len(out)
+                sent_bytes[i] += nbytes
+            take = take_events[i]
+            if take is not None:
+                events = take()
+                if events and on_events is not None:
+                    on_events(i, events)
+            t = core.get_timer()  # type: ignore[union-attr]
+            if t is not None and t < armed[i]:
+                armed[i] = t
+                push(q, (t, next(seq), _TIMER, i, None, None))
+
+        return flush
