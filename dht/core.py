@@ -22,6 +22,7 @@ from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
 from dht.ids import IdSpace
 from dht.messages import Direct, HopAck, JoinRequest, Route
 from dht.routing import Peer
+from dht.timers import TimerHeap
 from dht.wire import Handle, Message, codec
 
 log = logging.getLogger("rangecast.dht")
@@ -61,18 +62,25 @@ class Application:
 
 
 @dataclass(slots=True)
-class NodeStats:
+class DropStats:
+    """What every core's counters share: malformed input, and what was dropped, by reason.
+    Each core's statistics subclass it with their own counters."""
+
     malformed: int = 0
-    delivered: int = 0
-    forwarded: int = 0
-    reroutes: int = 0
     dropped: int = 0
-    peers_failed: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
 
     def drop(self, reason: str) -> None:
         self.dropped += 1
         self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
+
+
+@dataclass(slots=True)
+class NodeStats(DropStats):
+    delivered: int = 0
+    forwarded: int = 0
+    reroutes: int = 0
+    peers_failed: int = 0
 
 
 class Pending:
@@ -96,6 +104,9 @@ DHTS = ("pastry", "kademlia")
 #: Timer kind of a hop ack's deadline (each core numbers its other timers from 1).
 T_ACK = 0
 
+#: A timer handler: (node, the entry's argument, its deadline, now).
+TimerHandler = Callable[[Any, Any, float, float], None]
+
 
 class DhtCore:
     __slots__ = (
@@ -103,7 +114,6 @@ class DhtCore:
         "_join_contact",
         "_out",
         "_pending",
-        "_seq",
         "_timers",
         "app",
         "by_join",
@@ -119,6 +129,8 @@ class DhtCore:
     _handlers: ClassVar[dict[type[Message], Callable[[Any, Any, bytes, float], None]]] = {}
     #: Message types a joining node keeps for later instead of handling (Kademlia's).
     _held: ClassVar[tuple[type[Message], ...]] = ()
+    #: Timer kind -> handler, filled in by each subclass (``T_ACK``: ``_on_ack_timeout``).
+    _timer_handlers: ClassVar[dict[int, TimerHandler]] = {}
 
     def __init__(
         self,
@@ -144,8 +156,7 @@ class DhtCore:
         self.state = State.IDLE
         self.stats = stats
         self._out: list[tuple[bytes, Message]] = []
-        self._timers: list[tuple[float, int, int, Any]] = []
-        self._seq = 0
+        self._timers: TimerHeap[int] = TimerHeap()
         self._pending: dict[int, Pending] = {}
         self._join_contact = b""
         self._join_attempts = 0
@@ -210,8 +221,7 @@ class DhtCore:
         that queued up during the pause is read before any deadline falls due."""
         if not gap_s > 0.0 or gap_s == math.inf:
             return
-        # The same shift for every entry keeps the heap ordered.
-        self._timers = [(d + gap_s, seq, kind, arg) for d, seq, kind, arg in self._timers]
+        self._timers.shift(gap_s)
         for p in self._pending.values():
             p.deadline += gap_s
         self._shift_liveness(gap_s)
@@ -224,10 +234,30 @@ class DhtCore:
 
     def get_timer(self) -> float | None:
         """The earliest deadline at which ``handle_timer`` must be called, if any."""
-        raise NotImplementedError
+        timers = self._timers.heap
+        pending = self._pending
+        # Acks that arrived leave stale entries behind; shed them so the driver is not woken.
+        while timers:
+            deadline, _, kind, arg = timers[0]
+            if kind == T_ACK:
+                p = pending.get(arg)
+                if p is None or p.deadline != deadline:
+                    heapq.heappop(timers)
+                    continue
+            return deadline
+        return None
 
     def handle_timer(self, now: float) -> None:
-        raise NotImplementedError
+        """Fire every timer due at ``now``, in order, through the subclass's table."""
+        timers = self._timers
+        handlers = self._timer_handlers
+        while (due := timers.pop_due_at(now)) is not None:
+            deadline, kind, arg = due
+            try:
+                handlers[kind](self, arg, deadline, now)
+            except RemoteProtocolError as exc:  # remote data met late; never escapes the core
+                self.stats.malformed += 1
+                log.debug("%r: dropped bad state from the network: %s", self, exc)
 
     def start_alone(self, now: float) -> None:
         """Become the first node of a new overlay."""
@@ -249,7 +279,7 @@ class DhtCore:
         """One join attempt (and its timeout, ``_on_join_timeout``)."""
         raise NotImplementedError
 
-    def _on_join_timeout(self, now: float) -> None:
+    def _on_join_timeout(self, arg: Any, deadline: float, now: float) -> None:
         if self.state is not State.JOINING:
             return
         if self._join_attempts >= self.cfg.join_attempts:
@@ -301,7 +331,7 @@ class DhtCore:
                 now + self.cfg.ack_floor_s + self.cfg.ack_rtt_factor * (self.proximity(nh) / 1000.0)
             )
             self._pending[msg.uid] = Pending(msg, key, nh, deadline, reroutes)
-            self._push_timer(deadline, T_ACK, msg.uid)
+            self._timers.push(deadline, T_ACK, msg.uid)
 
     def _on_route(self, msg: Route, src: bytes, now: float) -> None:
         key = self.space.from_bytes(msg.key)
@@ -319,6 +349,30 @@ class DhtCore:
     def _advance(self, msg: Route, key: int, now: float, reroutes: int) -> None:
         raise NotImplementedError
 
+    def _on_ack_timeout(self, uid: int, deadline: float, now: float) -> None:
+        """No ack from the next hop in time: declare it failed and send the message on
+        another way (``_reroute``), up to ``max_reroutes`` times."""
+        p = self._pending.get(uid)
+        if p is None or p.deadline != deadline:
+            return
+        del self._pending[uid]
+        self._peer_failed(p.next_hop, now)
+        if p.reroutes >= self.cfg.max_reroutes:
+            self.stats.drop("too many reroutes")
+            return
+        self.stats.reroutes += 1
+        self._reroute(p.msg, p.key, now, p.reroutes + 1)
+
+    def _reroute(self, msg: Route | JoinRequest, key: int, now: float, reroutes: int) -> None:
+        """The DHT-specific part of a re-route (Pastry also re-routes joins): a ``Route`` goes
+        on from here as if from the previous hop, since the failed attempt is not a hop."""
+        assert isinstance(msg, Route)
+        back = Route(msg.uid, msg.key, msg.origin, max(msg.hops - 1, 0), msg.payload)
+        self._advance(back, key, now, reroutes)
+
+    def _peer_failed(self, peer: Peer, now: float) -> None:
+        raise NotImplementedError
+
     def _on_hop_ack(self, msg: HopAck, src: bytes, now: float) -> None:
         p = self._pending.get(msg.uid)
         if p is not None and p.next_hop.addr == src:
@@ -332,10 +386,6 @@ class DhtCore:
 
     # -------------------------------------------------------------------------------- helpers
 
-    def _push_timer(self, deadline: float, kind: int, arg: Any) -> None:
-        self._seq += 1
-        heapq.heappush(self._timers, (deadline, self._seq, kind, arg))
-
     def _require(self, state: State, what: str) -> None:
         if self.state is not state:
             raise LocalProtocolError(
@@ -347,4 +397,15 @@ def _no_proximity(peer: Peer) -> float:
     return 0.0
 
 
-__all__ = ["DHTS", "T_ACK", "Application", "DhtCore", "NodeStats", "Pending", "Proximity", "State"]
+__all__ = [
+    "DHTS",
+    "T_ACK",
+    "Application",
+    "DhtCore",
+    "DropStats",
+    "NodeStats",
+    "Pending",
+    "Proximity",
+    "State",
+    "TimerHandler",
+]

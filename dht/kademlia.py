@@ -344,7 +344,7 @@ class KademliaNode(DhtCore):
     # ------------------------------------------------------------------------------- outputs
 
     def get_timer(self) -> float | None:
-        timers = self._timers
+        timers = self._timers.heap
         while timers:
             deadline, _, kind, arg = timers[0]
             if kind == T_ACK:
@@ -359,25 +359,6 @@ class KademliaNode(DhtCore):
                     continue
             return deadline
         return None
-
-    # -------------------------------------------------------------------------------- inputs
-
-    def handle_timer(self, now: float) -> None:
-        timers = self._timers
-        while timers and timers[0][0] <= now:
-            deadline, _, kind, arg = heapq.heappop(timers)
-            try:
-                if kind == _T_QUERY:
-                    self._on_query_timeout(arg[0], arg[1], deadline, now)
-                elif kind == T_ACK:
-                    self._on_ack_timeout(arg, deadline, now)
-                elif kind == _T_KEEPALIVE:
-                    self._on_keepalive(now)
-                elif kind == _T_JOIN:
-                    self._on_join_timeout(now)
-            except RemoteProtocolError as exc:
-                self.stats.malformed += 1
-                log.debug("%r: dropped bad state from the network: %s", self, exc)
 
     # ----------------------------------------------------------------------------- API calls
 
@@ -505,7 +486,7 @@ class KademliaNode(DhtCore):
                 + self.cfg.ack_floor_s
                 + self.cfg.ack_rtt_factor * (self.proximity(peer) / 1000.0)
             )
-            self._push_timer(deadline, _T_QUERY, (lk.lid, peer.id))
+            self._timers.push(deadline, _T_QUERY, (lk.lid, peer.id))
         lk.inflight[peer.id] = deadline
 
     def _step(self, lk: _Lookup, now: float) -> None:
@@ -606,7 +587,8 @@ class KademliaNode(DhtCore):
             heapq.heappush(heap, (ident ^ key, Contact(p)))
         self._step(lk, now)
 
-    def _on_query_timeout(self, lid: int, peer_id: int, deadline: float, now: float) -> None:
+    def _on_query_timeout(self, arg: tuple[int, int], deadline: float, now: float) -> None:
+        lid, peer_id = arg
         lk = self._lookups.get(lid)
         if lk is None or lk.inflight.get(peer_id) != deadline:
             return
@@ -634,20 +616,8 @@ class KademliaNode(DhtCore):
         out = Route(msg.uid, msg.key, msg.origin, msg.hops + 1, msg.payload)
         self._send_route(out, key, nh, now, reroutes)
 
-    def _on_ack_timeout(self, uid: int, deadline: float, now: float) -> None:
-        p = self._pending.get(uid)
-        if p is None or p.deadline != deadline:
-            return
-        del self._pending[uid]
-        self._peer_failed(p.next_hop, now)
-        if p.reroutes >= self.cfg.max_reroutes:
-            self.stats.drop("too many reroutes")
-            return
-        self.stats.reroutes += 1
-        msg = p.msg
-        assert isinstance(msg, Route)  # Kademlia joins are lookups, never acked hops
-        back = Route(msg.uid, msg.key, msg.origin, max(msg.hops - 1, 0), msg.payload)
-        self._advance(back, p.key, now, p.reroutes + 1)
+    # A missed hop ack: ``DhtCore._on_ack_timeout`` (Kademlia joins are lookups, never acked
+    # hops, so only ``Route``s are re-routed).
 
     # ---------------------------------------------------------------------------------- join
 
@@ -660,7 +630,7 @@ class KademliaNode(DhtCore):
         self.stats.lookups += 1
         target = self.space.to_bytes(self.me.id)
         self._out.append((self._join_contact, FindNode(lk.lid, self.me.handle, target)))
-        self._push_timer(now + self.cfg.join_timeout_s, _T_JOIN, lk.lid)
+        self._timers.push(now + self.cfg.join_timeout_s, _T_JOIN, lk.lid)
 
     def _hold(self, msg: Message, src: bytes) -> None:
         """A joiner is known to the nodes it has queried before its own lookup ends, and they
@@ -676,7 +646,7 @@ class KademliaNode(DhtCore):
     def _become_ready(self, now: float) -> None:
         self.state = State.READY
         if self.cfg.keepalive_s != math.inf:
-            self._push_timer(now + self.rng.uniform(0.0, self.cfg.keepalive_s), _T_KEEPALIVE, None)
+            self._timers.push(now + self.rng.uniform(0.0, self.cfg.keepalive_s), _T_KEEPALIVE)
         self.app.ready(now)
         early, self._early = self._early, []
         for msg, src in early:
@@ -691,7 +661,7 @@ class KademliaNode(DhtCore):
 
     # ----------------------------------------------------------------------------- liveness
 
-    def _on_keepalive(self, now: float) -> None:
+    def _on_keepalive(self, arg: Any, deadline: float, now: float) -> None:
         if self.state is not State.READY:
             return
         heard = self._last_heard
@@ -709,7 +679,7 @@ class KademliaNode(DhtCore):
             self._last_heard = {i: t for i, t in heard.items() if i in keep}
         if self._dead:
             self._dead = {i: t for i, t in self._dead.items() if t > now}
-        self._push_timer(now + self.cfg.keepalive_s, _T_KEEPALIVE, None)
+        self._timers.push(now + self.cfg.keepalive_s, _T_KEEPALIVE)
 
     def _on_ping(self, msg: Ping, src: bytes, now: float) -> None:
         peer = self._sender(msg.sender, src)
@@ -797,6 +767,12 @@ KademliaNode._handlers = {
     Pong: KademliaNode._on_pong,
     Direct: DhtCore._on_direct,
     Leave: KademliaNode._on_leave,
+}
+KademliaNode._timer_handlers = {
+    _T_QUERY: KademliaNode._on_query_timeout,
+    T_ACK: DhtCore._on_ack_timeout,
+    _T_KEEPALIVE: KademliaNode._on_keepalive,
+    _T_JOIN: DhtCore._on_join_timeout,
 }
 
 __all__ = [

@@ -36,12 +36,12 @@ answer with their own leaf set, so concurrent joins in the same neighbourhood st
 
 from __future__ import annotations
 
-import heapq
 import logging
 import math
 import random
 from dataclasses import dataclass
 from itertools import chain
+from typing import Any
 
 from dht.core import T_ACK, Application, DhtCore, NodeStats, Proximity, State
 from dht.errors import LocalProtocolError, RemoteProtocolError
@@ -130,40 +130,6 @@ class PastryNode(DhtCore):
         self._rounds = 0
         #: Would-be neighbours learnt second-hand and pinged, not yet heard from.
         self._probing: dict[int, float] = {}
-
-    # ------------------------------------------------------------------------------- outputs
-
-    def get_timer(self) -> float | None:
-        """The earliest deadline at which ``handle_timer`` must be called, if any."""
-        timers = self._timers
-        pending = self._pending
-        # Acks that arrived leave stale entries behind; shed them so the driver is not woken.
-        while timers:
-            deadline, _, kind, arg = timers[0]
-            if kind == T_ACK:
-                p = pending.get(arg)
-                if p is None or p.deadline != deadline:
-                    heapq.heappop(timers)
-                    continue
-            return deadline
-        return None
-
-    # -------------------------------------------------------------------------------- inputs
-
-    def handle_timer(self, now: float) -> None:
-        timers = self._timers
-        while timers and timers[0][0] <= now:
-            deadline, _, kind, arg = heapq.heappop(timers)
-            try:
-                if kind == T_ACK:
-                    self._on_ack_timeout(arg, deadline, now)
-                elif kind == _T_KEEPALIVE:
-                    self._on_keepalive(now)
-                elif kind == _T_JOIN:
-                    self._on_join_timeout(now)
-            except RemoteProtocolError as exc:  # remote data met late; never escapes the core
-                self.stats.malformed += 1
-                log.debug("%r: dropped bad state from the network: %s", self, exc)
 
     # ----------------------------------------------------------------------------- API calls
 
@@ -302,23 +268,11 @@ class PastryNode(DhtCore):
         out = Route(msg.uid, msg.key, msg.origin, msg.hops + 1, payload)
         self._send_route(out, key, nh, now, reroutes)
 
-    def _on_ack_timeout(self, uid: int, deadline: float, now: float) -> None:
-        p = self._pending.get(uid)
-        if p is None or p.deadline != deadline:
+    def _reroute(self, msg: Route | JoinRequest, key: int, now: float, reroutes: int) -> None:
+        if isinstance(msg, JoinRequest):  # a join goes on towards the joiner's id
+            self._forward_join(msg, key, now, reroutes)
             return
-        del self._pending[uid]
-        self._peer_failed(p.next_hop, now)
-        if p.reroutes >= self.cfg.max_reroutes:
-            self.stats.drop("too many reroutes")
-            return
-        self.stats.reroutes += 1
-        msg = p.msg
-        if isinstance(msg, JoinRequest):
-            self._forward_join(msg, p.key, now, p.reroutes + 1)
-            return
-        # Re-send as if from the previous hop: the failed attempt is not a hop.
-        back = Route(msg.uid, msg.key, msg.origin, msg.hops - 1, msg.payload)
-        self._advance(back, p.key, now, p.reroutes + 1)
+        super()._reroute(msg, key, now, reroutes)
 
     # ---------------------------------------------------------------------------------- join
 
@@ -326,7 +280,7 @@ class PastryNode(DhtCore):
         self._join_attempts += 1
         join = JoinRequest(self.me.handle, -1, 0, self.rng.getrandbits(63))
         self._out.append((self._join_contact, join))
-        self._push_timer(now + self.cfg.join_timeout_s, _T_JOIN, None)
+        self._timers.push(now + self.cfg.join_timeout_s, _T_JOIN)
 
     def _on_join_request(self, msg: JoinRequest, src: bytes, now: float) -> None:
         if self.state is not State.READY:
@@ -378,7 +332,7 @@ class PastryNode(DhtCore):
         # Desynchronise keep-alives so a bootstrapped swarm does not ping in lock-step.
         if self.cfg.keepalive_s != math.inf:
             first = now + self.rng.uniform(0.0, self.cfg.keepalive_s)
-            self._push_timer(first, _T_KEEPALIVE, None)
+            self._timers.push(first, _T_KEEPALIVE)
         self.app.ready(now)
 
     def _on_announce(self, msg: Announce, src: bytes, now: float) -> None:
@@ -397,7 +351,7 @@ class PastryNode(DhtCore):
     def _leafset_reply(self) -> LeafSetReply:
         return LeafSetReply(self.me.handle, [p.handle for p in self.leaves.members()])
 
-    def _on_keepalive(self, now: float) -> None:
+    def _on_keepalive(self, arg: Any, deadline: float, now: float) -> None:
         if self.state is not State.READY:
             return
         fail_after = self.cfg.fail_after_s
@@ -430,7 +384,7 @@ class PastryNode(DhtCore):
         if self._probing:
             horizon = now - fail_after
             self._probing = {i: t for i, t in self._probing.items() if t > horizon}
-        self._push_timer(now + self.cfg.keepalive_s, _T_KEEPALIVE, None)
+        self._timers.push(now + self.cfg.keepalive_s, _T_KEEPALIVE)
 
     def _on_ping(self, msg: Ping, src: bytes, now: float) -> None:
         peer = Peer.from_handle(self.space, msg.sender)
@@ -577,6 +531,11 @@ PastryNode._handlers = {
     RowReply: PastryNode._on_row_reply,
     Direct: DhtCore._on_direct,
     Leave: PastryNode._on_leave,
+}
+PastryNode._timer_handlers = {
+    T_ACK: DhtCore._on_ack_timeout,
+    _T_KEEPALIVE: PastryNode._on_keepalive,
+    _T_JOIN: DhtCore._on_join_timeout,
 }
 
 __all__ = ["Application", "Handle", "PastryConfig", "PastryNode", "Peer", "Proximity", "State"]

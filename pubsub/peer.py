@@ -46,7 +46,7 @@ class OverlayPeer:
 
     def get_timer(self) -> float | None:
         a = self.dht.get_timer()
-        if not self.overlay._timers:  # the common case: nothing parked
+        if not self.overlay._timer_heap:  # the common case: nothing parked
             return a
         b = self.overlay.get_timer()
         if a is None:

@@ -58,9 +58,9 @@ def test_a_neighbour_silent_after_the_pause_is_still_declared_failed() -> None:
 @pytest.mark.parametrize("gap", [0.0, -1.0, float("inf"), float("nan")])
 def test_no_gap_changes_nothing(gap: float) -> None:
     node, _ = _pair()
-    timers = list(node._timers)
+    timers = list(node._timers.heap)
     node.resumed(gap)
-    assert node._timers == timers
+    assert node._timers.heap == timers
 
 
 def test_kademlia_moves_its_deadlines_on_too() -> None:

@@ -1,0 +1,282 @@
+"""What every part of the content-based overlay shares: configuration, counters, timer kinds, and
+the state and helpers of one ``PubSubNode``.
+
+Theory of operation
+-------------------
+``PubSubNode`` (``pubsub.node``) is one sans-IO core made of parts that each own one concern and
+are mixed into it: the subscriber (``pubsub.subscriber``), the publisher
+(``pubsub.publisher``), the host of tree nodes (``pubsub.host``) and replication
+(``pubsub.replication``); how probes and notifications travel is a strategy picked once from
+the configuration when the node is built (``pubsub.dissemination``). The parts are mixins of
+one object rather than objects of their own because the simulator runs millions of messages
+through them: a call from one part to another is then an ordinary method call, with no layer
+between the receive path of a probe or a notification and its handler.
+
+``NodeBase`` declares the state the parts share and the helpers they all use: the DHT key of a
+tree node (``_key``, cached), routing and sending an overlay message (``_route``, ``_send``),
+the attribute spaces of the schemas (``_space``, ``_resolve`` for a reference from the
+network), and the checks every part makes on what the network sends (``_check_event``,
+``_check_pieces``). It also names, as attributes, the methods one part calls on another, so
+that each part type-checks on its own.
+
+Nothing here reads a clock or the global random generator: time comes with every input and
+random numbers from the ``random.Random`` the driver passed in.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dht.core import DhtCore, DropStats
+from dht.errors import LocalProtocolError, RemoteProtocolError
+from dht.routing import Peer
+from dht.timers import TimerHeap
+from dht.wire import Codec, Handle, Message
+from pubsub.events import AppEvent
+from pubsub.messages import Event, ProbePub, ProbeSub, ProbeTarget, Ref, StoredSub
+from pubsub.schema import Schema, SchemaRegistry
+from pubsub.space import MAX_DEPTH, AttributeSpace, TreeId
+from pubsub.tree import TreeNode
+
+
+@dataclass(frozen=True, slots=True)
+class OverlayConfig:
+    """Knobs of the overlay. Every peer of an overlay must agree on ``load_balancing``,
+    ``cutoff`` and ``widen`` (they decide where subscriptions are stored and which regions
+    events search)."""
+
+    #: RndLeafProbe guesses a level in [1, max_probe_level] (thesis: 10).
+    max_probe_level: int = 10
+    #: RndRegionProbe: zones at max_level are always selected; zones at depth >= min_level are
+    #: selected with probability p.
+    min_level: int = 3
+    max_level: int = 10
+    p: float = 0.7
+    #: A leaf at this depth never splits (last resort for points widening cannot separate).
+    max_depth: int = 48
+    #: Stored points are widened by up to this fraction of the domain on each side.
+    widen: float = 1e-3
+    #: Cut-off line y = x + c per attribute, c as a fraction of the domain (thesis 3.5).
+    load_balancing: bool = False
+    cutoff: float = 0.1
+    #: How long a probe waits at a node that a leaf table named but that does not exist yet.
+    park_timeout_s: float = 10.0
+    #: How long a leaf remembers the events it matched (probes of one event arrive within it).
+    dedup_window_s: float = 120.0
+    max_jumps: int = 64
+    #: How probes travel: one ProbePub per target ("unicast", as the thesis' baseline) or
+    #: grouped per next hop ("multicast", thesis 3.4.2).
+    probe: str = "unicast"
+    #: How a leaf notifies matched subscribers: one EventDelivery each ("unicast"), grouped
+    #: per next hop towards their ids ("multicast"), or down an LBDD tree in which
+    #: subscribers relay ("lbdd").
+    delivery: str = "unicast"
+    #: Under "lbdd", a leaf with fewer matched subscribers than this still sends directly (a
+    #: relay only pays off when the leaf would otherwise send many copies).
+    lbdd_min_subscribers: int = 4
+    #: Copies of every tree node (its subscriptions and position): the primary on the node's
+    #: DHT root plus replicas on the next closest peers (the replica set). 1: no replication.
+    replicas: int = 3
+    #: A peer that has just joined holds probes for tree nodes it does not host yet for this
+    #: long: the previous root is handing them over.
+    handoff_wait_s: float = 2.0
+    #: How often a peer re-checks, for every tree node it hosts or replicates, who should hold
+    #: it (besides at once on every leaf-set change).
+    reconcile_s: float = 5.0
+    #: Subscribers re-send every piece of their active subscriptions this often (soft state:
+    #: a piece lost with a whole replica set comes back within one period). Only where the DHT
+    #: detects failures (keep-alives on); ``math.inf`` switches it off.
+    refresh_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_probe_level <= MAX_DEPTH:
+            raise LocalProtocolError(f"max_probe_level must be in [1, {MAX_DEPTH}]")
+        if not 0 <= self.min_level <= self.max_level <= MAX_DEPTH:
+            raise LocalProtocolError("need 0 <= min_level <= max_level <= 60")
+        if not 0.0 <= self.p <= 1.0:
+            raise LocalProtocolError("p must be a probability")
+        if not 1 <= self.max_depth <= MAX_DEPTH:
+            raise LocalProtocolError(f"max_depth must be in [1, {MAX_DEPTH}]")
+        if not 0.0 <= self.widen < 0.01:
+            raise LocalProtocolError("widen must be in [0, 0.01)")
+        if self.load_balancing and not 4 * self.widen < self.cutoff <= 1.0:
+            raise LocalProtocolError("cutoff must be in (4 * widen, 1]")
+        if self.probe not in ("unicast", "multicast"):
+            raise LocalProtocolError(f"probe must be 'unicast' or 'multicast', not {self.probe!r}")
+        if self.delivery not in ("unicast", "multicast", "lbdd"):
+            raise LocalProtocolError(
+                f"delivery must be 'unicast', 'multicast' or 'lbdd', not {self.delivery!r}"
+            )
+        if self.lbdd_min_subscribers < 2:
+            raise LocalProtocolError("lbdd_min_subscribers must be >= 2")
+        if not 1 <= self.replicas <= 9:
+            raise LocalProtocolError("replicas must be in [1, 9] (the leaf set's half plus one)")
+        if self.handoff_wait_s < 0 or self.reconcile_s <= 0 or self.refresh_s <= 0:
+            raise LocalProtocolError("need handoff_wait_s >= 0, reconcile_s > 0, refresh_s > 0")
+
+
+@dataclass(slots=True)
+class OverlayStats(DropStats):
+    """The node's counters, one set for all its parts. ``dropped`` (read as ``lost`` too)
+    counts what was given up, ``by_reason`` says why."""
+
+    stored: int = 0
+    splits: int = 0
+    jumps: int = 0
+    parked: int = 0
+    park_timeouts: int = 0
+    duplicate_probes: int = 0
+    #: Notifications for a (subscription, event) already notified, dropped at the subscriber.
+    repeated_deliveries: int = 0
+    matched: int = 0
+    #: Replication: replicas promoted to primary (their primary failed), tree nodes handed
+    #: over to a peer that became their root, full states and single changes sent to replicas.
+    promoted: int = 0
+    refreshes: int = 0
+    #: Pieces whose install or removal was re-sent because no acknowledgement had come.
+    retries: int = 0
+    #: Leaves recreated empty because their whole replica set died (refreshes refill them).
+    recreated: int = 0
+    #: Notifications for a subscription this peer no longer has, dropped.
+    stale_deliveries: int = 0
+    handed_off: int = 0
+    replica_puts: int = 0
+    replica_ops: int = 0
+
+    @property
+    def lost(self) -> int:
+        """Messages given up (the overlay's name for ``dropped``)."""
+        return self.dropped
+
+
+#: Tree nodes are known by (schema name, tree id).
+NodeKey = tuple[str, TreeId]
+
+#: Timer kinds of the overlay's heap (``PubSubNode`` maps each to its handler): a probe parked
+#: at the node key in the argument has waited long enough; the periodic replica check; the
+#: subscriber's periodic refresh.
+T_PARK, T_RECONCILE, T_REFRESH = 0, 1, 2
+
+#: A message handler: (node, message, the sender for a point-to-point one else None, now).
+Handler = Callable[[Any, Any, Handle | None, float], None]
+
+
+class NodeBase:
+    """The state and helpers every part of a ``PubSubNode`` shares (see the module's header)."""
+
+    dht: DhtCore
+    schemas: SchemaRegistry
+    capacity: int
+    rng: random.Random
+    cfg: OverlayConfig
+    stats: OverlayStats
+    #: Tree nodes hosted here (the primary copies), and copies of nodes whose primary is
+    #: another peer (replication).
+    nodes: dict[NodeKey, TreeNode]
+    replicas: dict[NodeKey, TreeNode]
+    _codec: Codec
+    _events: list[AppEvent]
+    _timers: TimerHeap[int]
+    #: Probes waiting for a tree node to be created here, with their deadlines.
+    _parked: dict[NodeKey, list[tuple[ProbeSub | ProbePub, float]]]
+    #: When the DHT node became ready (a peer that joined waits for hand-offs after it).
+    _ready_at: float
+    _spaces: dict[tuple[str, int], AttributeSpace]
+    _schemas_seen: dict[str, Schema]
+    _keys: dict[NodeKey, int]
+
+    # One part calls another through these; each is a method of one part (or, for the two
+    # strategies, the bound method of the strategy object the node chose when it was built).
+    _probe_out: Callable[[Event, list[ProbeTarget], int, float], None]
+    _notify: Callable[[Event, dict[bytes, list[StoredSub]], float], None]
+    _on_probe_sub: Callable[[ProbeSub, Handle | None, float], None]
+    _on_probe_pub: Callable[[ProbePub, Handle | None, float], None]
+    _on_delivery: Callable[[Any, Handle | None, float], None]
+    _unpark: Callable[[NodeKey, float], None]
+    _promote: Callable[[NodeKey, float], TreeNode]
+    _sync_replicas: Callable[[NodeKey, TreeNode, float], None]
+    _replicate_state: Callable[[NodeKey, TreeNode, float], None]
+    _replicate_op: Callable[[NodeKey, int, StoredSub, float], None]
+
+    def _key(self, schema: str, tid: TreeId) -> int:
+        """The DHT key of a tree node (SHA-1 of its identifier), cached."""
+        key = self._keys.get((schema, tid))
+        if key is None:
+            space = self._space(schema, tid.attr)
+            key = self.dht.space.hash_key(space.identifier(tid))
+            if len(self._keys) > 1 << 16:
+                self._keys.clear()
+            self._keys[(schema, tid)] = key
+        return key
+
+    def _route(self, schema: str, tid: TreeId, msg: Message, now: float) -> None:
+        self.dht.route(self._key(schema, tid), self._codec.encode(msg), now)
+
+    def _send(self, peer: Peer, msg: Message, now: float) -> None:
+        self.dht.send_direct(peer, self._codec.encode(msg), now)
+
+    def _cutoff(self, space: AttributeSpace) -> float | None:
+        if not self.cfg.load_balancing:
+            return None
+        return self.cfg.cutoff * (space.max - space.min)
+
+    def _schema(self, name: str) -> Schema:
+        return self.schemas.get(name)  # an unknown name raises SchemaError (our misuse)
+
+    def _schema_remote(self, name: str) -> Schema:
+        try:
+            schema = self.schemas.get(name)
+        except (LocalProtocolError, KeyError):
+            raise RemoteProtocolError(f"unknown schema {name!r}") from None
+        self._schemas_seen[name] = schema
+        return schema
+
+    def _space(self, schema: str, attr: int) -> AttributeSpace:
+        space = self._spaces.get((schema, attr))
+        if space is None:
+            sch = self._schema(schema)
+            if not 0 <= attr < len(sch.attributes):
+                raise LocalProtocolError(f"schema {schema!r} has no attribute #{attr}")
+            a = sch.attributes[attr]
+            space = AttributeSpace(sch.name, a.name, attr, a.min, a.max)
+            self._spaces[(schema, attr)] = space
+        return space
+
+    def _resolve(self, ref: Ref) -> tuple[AttributeSpace, TreeId]:
+        """Validate a tree reference from the network."""
+        space = self._spaces.get((ref.schema, ref.attr))
+        if space is None:
+            sch = self._schema_remote(ref.schema)
+            if ref.attr >= len(sch.attributes):
+                raise RemoteProtocolError(f"schema {ref.schema!r} has no attribute #{ref.attr}")
+            space = self._space(ref.schema, ref.attr)
+        if ref.path >> ref.depth:
+            raise RemoteProtocolError("tree path longer than its depth")
+        return space, TreeId(ref.attr, ref.depth, ref.path)
+
+    def _check_event(self, event: Event) -> Schema:
+        schema = self._schemas_seen.get(event.schema) or self._schema_remote(event.schema)
+        if len(event.values) != len(schema.attributes):
+            raise RemoteProtocolError("event values do not match its schema's attributes")
+        for v in event.values:
+            if v is not None and not math.isfinite(v):
+                raise RemoteProtocolError("event value is not a finite number")
+        return schema
+
+    def _check_pieces(self, space: AttributeSpace, tid: TreeId, subs: list[StoredSub]) -> None:
+        zone = space.zone(tid)
+        nbytes = self.dht.space.nbytes
+        for s in subs:
+            if s.base != space.index or not zone.contains(s.x, s.y):
+                raise RemoteProtocolError(f"piece outside {tid}")
+            if len(s.subscriber.id) != nbytes:
+                raise RemoteProtocolError("piece with a malformed subscriber id")
+
+    @staticmethod
+    def _ref(key: NodeKey) -> Ref:
+        schema, tid = key
+        return Ref(schema, tid.attr, tid.depth, tid.path)
