@@ -12,9 +12,10 @@ clock; they write into one ``TopicContext``, which the core owns and drains:
   that produced it, so a part never re-enters another part in the middle of its own work;
 * ``route`` hands a message to the DHT node, to the root of a key (joins, leaves, hand-offs);
 * ``events`` collects the application events, ``stats`` the one set of counters of the node;
-* ``timers`` is the core's one timer heap: entries carry a ``TimerKind`` and the core dispatches
-  each kind through a table. The periodic tick (``ensure_tick``) is started by whichever part
-  first has something to look after, and started again by the core while any part has.
+* ``timers`` is the core's one timer heap (``dht.timers.TimerHeap``, the one every core uses):
+  entries carry a ``TimerKind`` and the core dispatches each kind through a table. The periodic
+  tick (``ensure_tick``) is started by whichever part first has something to look after, and
+  started again by the core while any part has.
 
 Nothing here reads a clock or the global random generator: time comes with every input and the
 random numbers from the ``random.Random`` the driver passed in.
@@ -22,7 +23,6 @@ random numbers from the ``random.Random`` the driver passed in.
 
 from __future__ import annotations
 
-import heapq
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -30,6 +30,7 @@ from enum import Enum
 
 from dht.core import DhtCore, State
 from dht.errors import LocalProtocolError
+from dht.timers import TimerHeap
 from dht.wire import Codec, Message
 from multicast.messages import MAX_SLICE_BYTES
 from multicast.topic_events import TopicEvent
@@ -118,32 +119,6 @@ class TimerKind(Enum):
     PUSH = "push"
 
 
-class TimerHeap:
-    """Deadlines in order; ties go in the order they were set (the sequence number), so that
-    the same inputs always fire the timers in the same order."""
-
-    __slots__ = ("_seq", "heap")
-
-    def __init__(self) -> None:
-        #: (deadline, sequence number, kind, argument); read-only outside this class (the
-        #: driver asks for the next deadline after every input: ``TopicNode.get_timer`` reads
-        #: ``heap[0]`` without a call). The list object is never replaced.
-        self.heap: list[tuple[float, int, TimerKind, str]] = []
-        self._seq = 0
-
-    def push(self, deadline: float, kind: TimerKind, arg: str = "") -> None:
-        self._seq += 1
-        heapq.heappush(self.heap, (deadline, self._seq, kind, arg))
-
-    def pop_due(self, now: float) -> tuple[TimerKind, str] | None:
-        """The earliest entry due at ``now``, removed; None when none is."""
-        heap = self.heap
-        if not heap or heap[0][0] > now:
-            return None
-        _, _, kind, arg = heapq.heappop(heap)
-        return kind, arg
-
-
 class TopicContext:
     """The outbox, timers, events and counters the parts of one ``TopicNode`` write into."""
 
@@ -172,7 +147,7 @@ class TopicContext:
         #: Messages to ourselves, handled by the core after the input that produced them.
         self.local: deque[Message] = deque()
         self.events: list[TopicEvent] = []
-        self.timers = TimerHeap()
+        self.timers: TimerHeap[TimerKind] = TimerHeap()
         #: When the periodic tick is due, None while it is not scheduled.
         self.tick_at: float | None = None
 
