@@ -1,10 +1,12 @@
 """What every DHT core shares: the KBR upcalls, node states and counters, and the plumbing of a
-sans-IO node (validated construction, the outbox, strict input, the handler table, routed hops
-with acknowledgements).
+sans-IO node (validated construction, the outbox, strict input, the handler table, the timer
+heap and its dispatch, routed hops with acknowledgements and their re-route on a timeout).
 
 ``PastryNode`` (``dht.node``) and ``KademliaNode`` (``dht.kademlia``) subclass ``DhtCore``; each
-brings its routing state, its handler table (``_handlers``), its timers and its rule for the next
-hop (``_advance``). The overlay above sees only the API they have in common.
+brings its routing state, its handler table (``_handlers``), its timer kinds with their table
+(``_timer_handlers``), its rule for the next hop (``_advance``) and what else a missed hop ack
+re-routes (``_reroute``: Pastry's joins). The overlay above sees only the API they have in
+common.
 """
 
 from __future__ import annotations
