@@ -66,7 +66,7 @@ def list_digest(members: Iterable[tuple[bytes, int]]) -> int:
     return int.from_bytes(h.digest()[:8], "big") >> 1
 
 
-class TopicJoin(Message, tag=40):
+class TopicJoin(Message, tag=40, frozen=True):
     """Routed to the topic's key: ``member`` wants the member list. ``receiver``: it receives
     the topic's data (False: a publisher that only needs the list). ``version`` and ``digest``:
     the newest list it has seen, so that a rendezvous taking over never goes back in version.
@@ -82,14 +82,14 @@ class TopicJoin(Message, tag=40):
     digest: U63
 
 
-class TopicLeave(Message, tag=41):
+class TopicLeave(Message, tag=41, frozen=True):
     """``member`` leaves the topic (direct to the rendezvous, or routed to the key)."""
 
     topic: TopicName
     member: Handle
 
 
-class TopicMembers(Message, tag=42):
+class TopicMembers(Message, tag=42, frozen=True):
     """From the rendezvous: the full list of receivers, version ``version``."""
 
     topic: TopicName
@@ -97,7 +97,7 @@ class TopicMembers(Message, tag=42):
     members: Members
 
 
-class TopicHeartbeat(Message, tag=43):
+class TopicHeartbeat(Message, tag=43, frozen=True):
     """Member to rendezvous, every ``heartbeat_s``: ``nonce`` is the member's (as in its join),
     ``version`` and ``digest`` its list."""
 
@@ -111,14 +111,14 @@ class TopicHeartbeat(Message, tag=43):
     digest: U63
 
 
-class TopicBeat(Message, tag=44):
+class TopicBeat(Message, tag=44, frozen=True):
     """Rendezvous to member: the answer to a heartbeat from a member that is up to date."""
 
     topic: TopicName
     version: U63
 
 
-class TopicData(Message, tag=45):
+class TopicData(Message, tag=45, frozen=True):
     """Slice ``index`` of ``total`` of publication (topic, publisher, pid); ``size`` is the
     publication's length in bytes, ``version`` the sender's member list."""
 
@@ -133,7 +133,7 @@ class TopicData(Message, tag=45):
     data: SliceBytes
 
 
-class TopicAck(Message, tag=46):
+class TopicAck(Message, tag=46, frozen=True):
     """Receiver to sender: slice ``index`` arrived (frees a slot of the sender's window)."""
 
     topic: TopicName
@@ -142,7 +142,7 @@ class TopicAck(Message, tag=46):
     index: SliceIndex
 
 
-class TopicPull(Message, tag=47):
+class TopicPull(Message, tag=47, frozen=True):
     """Receiver to the node it wants to be served by: "I have slices [0, have) and ``extra``;
     send me the rest". Replaces whatever the sender was doing for this receiver."""
 
@@ -156,7 +156,7 @@ class TopicPull(Message, tag=47):
     extra: Extra
 
 
-class TopicStop(Message, tag=48):
+class TopicStop(Message, tag=48, frozen=True):
     """Receiver to a node that is not (or no longer) its parent: stop sending me this
     publication."""
 
@@ -165,7 +165,7 @@ class TopicStop(Message, tag=48):
     pid: U63
 
 
-class TopicHandoff(Message, tag=49):
+class TopicHandoff(Message, tag=49, frozen=True):
     """Routed to the topic's key by a rendezvous that is no longer the key's root: the new root
     takes the lists over."""
 
@@ -175,7 +175,7 @@ class TopicHandoff(Message, tag=49):
     publishers: Members
 
 
-class TopicOffer(Message, tag=50):
+class TopicOffer(Message, tag=50, frozen=True):
     """Parent to a receiver that became its child in a path update: "I serve publication
     (topic, publisher, pid) now". A receiver that lacks slices of it pulls the parent."""
 
