@@ -176,8 +176,8 @@ def check(ref: str) -> str | None:
     if not _NAME.match(ref) or ref in _NOT_NAMES:
         return None
     parts = ref.split(".")
-    if parts[0] in PACKAGES and len(parts) > 1:
-        return _resolve_dotted(ref)
+    if parts[0] in PACKAGES:
+        return _resolve_dotted(ref) if len(parts) > 1 else None
     names, classes = _everything()
     if len(parts) == 1:
         return None if ref in names else f"{ref!r} is defined nowhere in {', '.join(PACKAGES)}"
@@ -219,6 +219,7 @@ def test_reference_exists(ref: str) -> None:
         ("Simulator.on_events", True),  # set in __init__
         ("Simulator.no_such_hook", False),
         ("NoSuchMessage", False),
+        ("runtime", True),  # a package
         ("--delivery lbdd", True),  # not a reference
     ],
 )
