@@ -437,8 +437,11 @@ def run_thesis(
     out: Path | str | None = None,
     *,
     force: bool = False,
+    inspect: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the experiment; with ``out``, also write its run log there (docs/run-logs.md)."""
+    """Run the experiment; with ``out``, also write its run log there (docs/run-logs.md).
+    ``inspect`` is called once the events have been delivered, before the oracle check, with
+    the run's live state by name (``bench/memory.py`` measures where the memory goes)."""
     params.check()
     out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
     wall0 = time.perf_counter()
@@ -566,6 +569,25 @@ def run_thesis(
     say.end()
     phases["publish"] = time.perf_counter() - mark
     wall = time.perf_counter() - wall0
+
+    if inspect is not None:
+        inspect(
+            {
+                "sim": sim,
+                "net": net,
+                "peers": peers,
+                "collector": collector,
+                "deliveries": deliveries,
+                "oracle": oracle,
+                "subscriptions": subs,
+                "event_values": event_values,
+                "called": called,
+                "published": published,
+                "publisher": publisher,
+                "messages_log": messages_log,
+                "trees": trees,
+            }
+        )
 
     # ---- check against the oracle
     mark = time.perf_counter()
