@@ -243,6 +243,10 @@ def _bandwidth(per_node: list[float]) -> dict[str, float]:
     }
 
 
+#: Elements converted at a time where a whole-array temporary would be as large as the record.
+_SLICE = 1 << 20
+
+
 class _Deliveries:
     """Every receipt of an event by a subscription, and what the oracle expected, in flat
     arrays: the thesis run at 100,000 nodes has ~40 M of them, too many for a dict entry each.
@@ -253,6 +257,9 @@ class _Deliveries:
     name (an event nobody published, a subscription nobody made: never, unless ids collide)
     stay in a small dict, ``strays``, and are counted as false positives.
     """
+
+    #: Receipts sorted at a time by ``check``.
+    block = 1 << 22
 
     def __init__(self, stride: int) -> None:
         self.stride = max(1, stride)
@@ -304,38 +311,62 @@ class _Deliveries:
         publisher: dict[int, int],
         log: runlog.DeliveryLog | None = None,
     ) -> tuple[dict[str, int], np.ndarray]:
-        """Compare the receipts with the oracle, event by event: the counts (expected,
-        received, missed, duplicates, false positives) and the delivery latencies (ms) of the
-        expected receipts; with ``log``, hand it each event's rows in the run log's order."""
+        """Compare the receipts with the oracle, event by event in eid order: the counts
+        (expected, received, missed, duplicates, false positives) and the delivery latencies
+        (ms) of the expected receipts; with ``log``, hand it each event's rows in the run log's
+        order (eid, subscriber, sid).
+
+        Receipts are sorted a block of events at a time (about ``block`` receipts), so that the
+        sort's temporaries stay small next to the record itself."""
         keys = np.frombuffer(self.keys, dtype=np.int64)
         times = np.frombuffer(self.times, dtype=np.float64)
-        uniq, first, copies = np.unique(keys, return_index=True, return_counts=True)
-        first_s = times[first]
-        del first, keys, times
         stride = self.stride
-        n_events = len(self.expected)
-        bounds = np.searchsorted(uniq, np.arange(n_events + 1, dtype=np.int64) * stride)
-        owner_node = np.frombuffer(self.owner_node, dtype=np.int32)
-        owner_sid = np.frombuffer(self.owner_sid, dtype=np.int64)
-        # Rank of each subscription in (subscriber, sid) order: the run log's row order.
-        rank = np.empty(len(owner_sid), dtype=np.int64)
-        rank[np.lexsort((owner_sid, owner_node))] = np.arange(len(owner_sid))
         strays: dict[int, list[tuple[int, int, float, int]]] = {}
         for (eid, i, sid), (t, n) in self.strays.items():
             strays.setdefault(eid, []).append((i, sid, t, int(n)))
+        eids = sorted(self.event_of.keys() | strays.keys())
+        # Each published event's rank in eid order, and each receipt's (computed in slices).
+        n_events = len(self.expected)
+        rank_of_k = np.zeros(n_events, dtype=np.int32)
+        ranked = [self.event_of[e] for e in eids if e in self.event_of]
+        rank_of_k[ranked] = np.arange(len(ranked), dtype=np.int32)
+        receipt_rank = np.empty(len(keys), dtype=np.int32)
+        for a in range(0, len(keys), _SLICE):
+            receipt_rank[a : a + _SLICE] = rank_of_k[keys[a : a + _SLICE] // stride]
+        upto = np.cumsum(np.bincount(receipt_rank, minlength=len(ranked)))
+        owner_node = np.frombuffer(self.owner_node, dtype=np.int32)
+        owner_sid = np.frombuffer(self.owner_sid, dtype=np.int64)
+        # Rank of each subscription in (subscriber, sid) order: the run log's row order.
+        order_of = np.empty(len(owner_sid), dtype=np.int64)
+        order_of[np.lexsort((owner_sid, owner_node))] = np.arange(len(owner_sid))
         counts = dict.fromkeys(("expected", "received", "missed", "false_positives"), 0)
-        counts["duplicates"] = int(len(self.keys) - len(uniq)) + sum(
-            int(n) - 1 for _, n in self.strays.values()
-        )
+        distinct = 0
         latencies: list[np.ndarray] = []
-        for eid in sorted(self.event_of.keys() | strays.keys()):
+        empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0)
+        uniq = copies = empty_i
+        first_s = empty_f
+        block_end = rank = 0
+        for eid in eids:
             k = self.event_of.get(eid)
             if k is None:
-                want = got = np.zeros(0, dtype=np.int64)
-                got_s = np.zeros(0)
-                got_n = np.zeros(0, dtype=np.int64)
+                want = got = got_n = empty_i
+                got_s = empty_f
             else:
-                lo, hi = bounds[k], bounds[k + 1]
+                if rank >= block_end:
+                    # The next block: ranks [rank, block_end) with about ``block`` receipts.
+                    before = upto[rank - 1] if rank else 0
+                    block_end = max(
+                        rank + 1, int(np.searchsorted(upto, before + self.block, side="right"))
+                    )
+                    inside = np.flatnonzero((receipt_rank >= rank) & (receipt_rank < block_end))
+                    uniq, first, copies = np.unique(
+                        keys[inside], return_index=True, return_counts=True
+                    )
+                    first_s = times[inside[first]]
+                    distinct += len(uniq)
+                    del inside, first
+                rank += 1
+                lo, hi = np.searchsorted(uniq, (k * stride, (k + 1) * stride))
                 want = self.expected[k]
                 got = uniq[lo:hi] - k * stride
                 got_s = first_s[lo:hi]
@@ -353,7 +384,7 @@ class _Deliveries:
             n_copies[is_got] = got_n[pos[is_got]]
             subscriber = owner_node[rows].astype(np.int64)
             sid = owner_sid[rows]
-            order = np.argsort(rank[rows], kind="stable")
+            order = np.argsort(order_of[rows], kind="stable")
             extra = strays.get(eid)
             if extra:
                 subscriber = np.concatenate([subscriber, [e[0] for e in extra]])
@@ -386,7 +417,9 @@ class _Deliveries:
                     n_copies[order],
                     latency[order],
                 )
-        return counts, np.concatenate(latencies) if latencies else np.zeros(0)
+        counts["duplicates"] = len(keys) - distinct
+        counts["duplicates"] += sum(int(n) - 1 for _, n in self.strays.values())
+        return counts, np.concatenate(latencies) if latencies else empty_f
 
 
 class _Collector:
