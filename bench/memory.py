@@ -10,13 +10,15 @@ own process. Once the events have been delivered (before the oracle check) the l
 walked (``sys.getsizeof`` over ``gc.get_referents``, every object counted once, by the first
 component that reaches it), in this order:
 
-* engine: the simulator without the cores (addresses, per-node counters, timers, the latency
-  model's placement, the event heap);
+* latency model: the synthetic model's site table (fixed size) and each node's placement;
+* engine: the simulator without the cores (addresses, per-node counters, timers, the event
+  heap);
 * DHT: the Pastry nodes (leaf sets, routing tables, their peers, counters);
 * overlay dedup: the subscribers' record of recent (sid, event) receipts (``PubSubNode._got``),
   which grows with deliveries;
-* overlay: the rest of the pub/sub cores (2d-tree nodes and their stored pieces, the subscribers'
-  own subscriptions, per-attribute spaces and their zone caches);
+* overlay: the rest of the pub/sub cores, in parts: the 2d-tree nodes a peer hosts (with their
+  stored subscription pieces and leaf tables), its per-attribute spaces (with their zone
+  caches), its own subscriptions, and the rest (counters, timers, key caches);
 * experiment: the workload (subscription and event lists), the oracle's bound arrays, the record
   of deliveries (two flat arrays, 16 bytes a receipt) and of expected matches (4 bytes each),
   the install times;
@@ -100,10 +102,15 @@ def measure(state: dict[str, Any]) -> dict[str, Any]:
         size, count = _walk(roots, seen, inner)
         out[name] = {"bytes": size, "objects": count, "walk_s": time.perf_counter() - t}
 
+    part("latency_model", [sim.latency])
     part("engine", [sim])
     part("dht", dht_nodes)
-    part("overlay_dedup", [o._got for o in overlays])
-    part("overlay", [*overlays, *peers])
+    part("overlay_dedup", [getattr(o, "_got", {}) for o in overlays])
+    # Private fields, read only to split the overlay's state (empty if a core lacks them).
+    part("overlay_tree", [getattr(o, "nodes", {}) for o in overlays])
+    part("overlay_spaces", [getattr(o, "_spaces", {}) for o in overlays])
+    part("overlay_own_subs", [getattr(o, "_subs", {}) for o in overlays])
+    part("overlay_other", [*overlays, *peers])
     deliveries = state["deliveries"]
     part("receipt_record", [deliveries])
     part("oracle", [state["oracle"]])
@@ -147,9 +154,16 @@ def one(nodes: int, events: int, out_log: bool) -> dict[str, Any]:
     return got
 
 
-PER_NODE = ("engine", "dht", "overlay")
+PER_NODE = (
+    "engine",
+    "dht",
+    "overlay_tree",
+    "overlay_spaces",
+    "overlay_own_subs",
+    "overlay_other",
+)
 PER_RECEIPT = ("overlay_dedup", "receipt_record")
-REST = ("oracle", "workload", "experiment_other", "run_log")
+REST = ("latency_model", "oracle", "workload", "experiment_other", "run_log")
 
 
 def table(rows: list[dict[str, Any]]) -> str:

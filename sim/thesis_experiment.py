@@ -558,6 +558,7 @@ def run_thesis(
 
     for at, i, sub in plan:
         sim.call_at(at, do_subscribe, i, sub)
+    del plan  # the queue holds each call's arguments until it runs
     collector.expect_installs = n_subs
     say(f"installing {n_subs:,} subscriptions")
     say.phase("installing", n_subs, lambda: len(collector.installed), "subs")
