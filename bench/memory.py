@@ -45,6 +45,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pubsub.space
+
 #: Shared code and metadata, not state: never entered.
 _SKIP = (
     type,
@@ -70,7 +72,13 @@ def _walk(roots: Iterable[Any], seen: set[int], stop: set[int]) -> tuple[int, in
         seen.add(i)
         size += getsizeof(o)
         count += 1
-        stack.extend(referents(o))
+        # msgspec structs declared ``gc=False`` (messages, stored pieces) hide their fields
+        # from the collector: read them by name.
+        fields = getattr(type(o), "__struct_fields__", None)
+        if fields is not None:
+            stack.extend(getattr(o, f) for f in fields)
+        else:
+            stack.extend(referents(o))
     return size, count
 
 
@@ -109,7 +117,9 @@ def measure(state: dict[str, Any]) -> dict[str, Any]:
     part("overlay_dedup", [getattr(o, "_got", {}) for o in overlays])
     # Private fields, read only to split the overlay's state (empty if a core lacks them).
     part("overlay_tree", [getattr(o, "nodes", {}) for o in overlays])
-    part("overlay_spaces", [getattr(o, "_spaces", {}) for o in overlays])
+    # The spaces' zone caches, shared by every space over the same domain (module-level).
+    shared_zones = getattr(pubsub.space, "_zone_cache_of", None)
+    part("overlay_spaces", [*(getattr(o, "_spaces", {}) for o in overlays), shared_zones])
     part("overlay_own_subs", [getattr(o, "_subs", {}) for o in overlays])
     part("overlay_other", [*overlays, *peers])
     deliveries = state["deliveries"]
