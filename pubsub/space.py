@@ -24,8 +24,9 @@ worst, never a missed one. Storing (which zone holds a point) is exact.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import NamedTuple
 
 from dht.errors import LocalProtocolError
@@ -98,6 +99,40 @@ class Zone:
         return self.y_hi >= self.x_lo
 
 
+def _compute_zone(lo: float, hi: float, depth: int, path: int) -> Zone:
+    x_lo = y_lo = lo
+    x_hi = y_hi = hi
+    x_top = y_top = True
+    for level in range(depth):
+        bit = (path >> (depth - 1 - level)) & 1
+        if level % 2 == 0:
+            mid = (x_lo + x_hi) / 2.0
+            if bit:
+                x_lo = mid
+            else:
+                x_hi, x_top = mid, False
+        else:
+            mid = (y_lo + y_hi) / 2.0
+            if bit:
+                y_lo = mid
+            else:
+                y_hi, y_top = mid, False
+    return Zone(x_lo, x_hi, y_lo, y_hi, x_top, y_top)
+
+
+def _zone_cache(lo: float, hi: float) -> Callable[[int, int], Zone]:
+    """The zone cache of the domain ``[lo, hi]``, shared by every space over it: zones depend
+    on the domain alone, and a simulation holds a space per attribute per peer (a cache each
+    cost ~12 KB per peer). Keyed by the bounds' exact bits (-0.0 and 0.0 stay apart)."""
+    return _zone_cache_of(lo.hex(), hi.hex())
+
+
+@lru_cache(maxsize=256)
+def _zone_cache_of(lo: str, hi: str) -> Callable[[int, int], Zone]:
+    # Room for every zone of a large run (a peer used to hold 1 << 16 per attribute).
+    return lru_cache(maxsize=1 << 18)(partial(_compute_zone, float.fromhex(lo), float.fromhex(hi)))
+
+
 class AttributeSpace:
     """Zone arithmetic for one attribute of one schema."""
 
@@ -113,7 +148,7 @@ class AttributeSpace:
         #: Thesis: the root is identified by the attribute's name and a child appends 0 or 1;
         #: the schema name is prefixed so that several schemas can share the overlay.
         self.key_prefix = f"{schema}/{name}/"
-        self._zone = lru_cache(maxsize=1 << 16)(self._compute_zone)
+        self._zone = _zone_cache(self.min, self.max)
 
     @property
     def root(self) -> TreeId:
@@ -124,26 +159,6 @@ class AttributeSpace:
 
     def zone(self, tid: TreeId) -> Zone:
         return self._zone(tid.depth, tid.path)
-
-    def _compute_zone(self, depth: int, path: int) -> Zone:
-        x_lo = y_lo = self.min
-        x_hi = y_hi = self.max
-        x_top = y_top = True
-        for level in range(depth):
-            bit = (path >> (depth - 1 - level)) & 1
-            if level % 2 == 0:
-                mid = (x_lo + x_hi) / 2.0
-                if bit:
-                    x_lo = mid
-                else:
-                    x_hi, x_top = mid, False
-            else:
-                mid = (y_lo + y_hi) / 2.0
-                if bit:
-                    y_lo = mid
-                else:
-                    y_hi, y_top = mid, False
-        return Zone(x_lo, x_hi, y_lo, y_hi, x_top, y_top)
 
     def locate(self, x: float, y: float, depth: int) -> TreeId:
         """The depth-``depth`` node whose zone holds the point (x, y)."""
