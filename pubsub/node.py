@@ -118,6 +118,7 @@ class PubSubNode(Subscriber, Publisher, TreeHost, Replication, NodeBase, Applica
         self._spaces = {}
         self._schemas_seen = {}
         self._got = {}
+        self._got_prune_at = 0.0
         self._keys = {}
         self._subs = {}
         self._next_sid = 1

@@ -71,6 +71,7 @@ class Subscriber(NodeBase):
     _next_sid: int
     #: (sid, eid) of recent notifications, to drop repeats.
     _got: dict[tuple[int, int], float]
+    _got_prune_at: float
 
     # ------------------------------------------------------------------------------ API calls
 
@@ -235,8 +236,13 @@ class Subscriber(NodeBase):
             else:
                 got[(sid, eid)] = now
                 fresh.append(sid)
-        if len(got) % 1024 == 0:
-            horizon = now - self.cfg.dedup_window_s
+        if now >= self._got_prune_at:
+            # Forget notifications older than the window, on a clock rather than a count: a
+            # peer that hears of few events (most of them, in a large swarm) would otherwise
+            # keep every one it ever got. Entries inside the window always stay.
+            window = self.cfg.dedup_window_s
+            self._got_prune_at = now + window
+            horizon = now - window
             self._got = {k: t for k, t in got.items() if t >= horizon}
         if fresh:
             self._events.append(EventDelivered(msg.event, tuple(fresh), now))
