@@ -285,10 +285,12 @@ class LeafTable:
     overtakes a shallower one, both the old row and the deeper rows are kept for a while, and
     lookups prefer the deepest row, so nothing is lost and duplicates are dropped at the leaves."""
 
-    __slots__ = ("rows", "splits")
+    __slots__ = ("max_depth", "rows", "splits")
 
     def __init__(self, rows: Iterable[TreeId] = ()) -> None:
         self.rows: dict[TreeId, None] = dict.fromkeys(rows)
+        #: The depth of the deepest row ever listed (rows only get deeper).
+        self.max_depth = max((r.depth for r in self.rows), default=0)
         #: Nodes known to have split. A child that is in here is internal, and its own update
         #: already put its children in; one that is not is (as far as we know) a leaf.
         self.splits: set[TreeId] = set()
@@ -305,14 +307,49 @@ class LeafTable:
         for child in (split.child(0), split.child(1)):
             if child not in self.splits:
                 self.rows[child] = None
+        self.max_depth = max(self.max_depth, split.depth + 1)
         return True
 
     def locate(self, space: AttributeSpace, x: float, y: float) -> TreeId | None:
-        """The deepest row whose zone holds the point."""
+        """The deepest row whose zone holds the point.
+
+        The zones of one depth partition the square, so the rows holding a point all lie on
+        the point's own path down the tree: walk that path (with the zones' halving, so the
+        two cannot disagree) and keep the deepest row met. That is one dictionary lookup per
+        level, where a scan of the rows grew with the tree (an internal node's table lists
+        every leaf below it)."""
+        rows = self.rows
+        if not rows:
+            return None
+        attr = next(iter(rows)).attr
+        deepest = self.max_depth
+        x_lo = y_lo = space.min
+        x_hi = y_hi = space.max
+        depth = path = 0
         best: TreeId | None = None
-        for r in self.rows:
-            if (best is None or r.depth > best.depth) and space.zone(r).contains(x, y):
-                best = r
+        while depth < deepest:
+            if depth % 2 == 0:
+                mid = (x_lo + x_hi) / 2.0
+                bit = x >= mid
+                if bit:
+                    x_lo = mid
+                else:
+                    x_hi = mid
+            else:
+                mid = (y_lo + y_hi) / 2.0
+                bit = y >= mid
+                if bit:
+                    y_lo = mid
+                else:
+                    y_hi = mid
+            depth += 1
+            path = (path << 1) | bit
+            tid = TreeId(attr, depth, path)
+            if tid in rows:
+                best = tid
+        # Outside the square the walk still ends somewhere; no zone holds such a point.
+        if best is None or not space.zone(best).contains(x, y):
+            return None
         return best
 
     def overlapping(

@@ -131,13 +131,35 @@ class Simulator:
         #: charged to what the application sent (routing headers included).
         self._type_counts: dict[Any, TypeCount] = {}
         self._encode = codec().raw_encode
-        #: Cores with application events (``take_events``) hand them to ``on_events`` after
-        #: every input: (node index, events).
-        self.on_events: Callable[[int, list[Any]], None] | None = None
+        #: The flush closure (``_make_flush``), rebuilt when a hook or an uplink changes.
+        self._flush_fn: Callable[[int], None] | None = None
+        self._on_events: Callable[[int, list[Any]], None] | None = None
         self._take_events: list[Callable[[], list[Any]] | None] = []
-        #: Run log hook (``sim.runlog.MessageLog.record``): every charged message, with whether
-        #: the network dropped it. None (the default) costs one check per message.
-        self.message_log: Callable[[float, int, int, str, int, Any, bool], None] | None = None
+        self._message_log: Callable[[float, int, int, str, int, Any, bool], None] | None = None
+
+    @property
+    def on_events(self) -> Callable[[int, list[Any]], None] | None:
+        """Cores with application events (``take_events``) hand them to this hook after every
+        input: (node index, events)."""
+        return self._on_events
+
+    @on_events.setter
+    def on_events(self, hook: Callable[[int, list[Any]], None] | None) -> None:
+        self._on_events = hook
+        self._flush_fn = None
+
+    @property
+    def message_log(self) -> Callable[[float, int, int, str, int, Any, bool], None] | None:
+        """Run log hook (``sim.runlog.MessageLog.record``): every charged message, with whether
+        the network dropped it. None (the default) costs one check per message."""
+        return self._message_log
+
+    @message_log.setter
+    def message_log(
+        self, hook: Callable[[float, int, int, str, int, Any, bool], None] | None
+    ) -> None:
+        self._message_log = hook
+        self._flush_fn = None
 
     # ----------------------------------------------------------------------------- topology
 
@@ -175,6 +197,7 @@ class Simulator:
             raise LocalProtocolError("uplink capacity must be positive")
         if self.uplink_bps is None:
             self.uplink_bps = [_INF] * len(self.cores)
+            self._flush_fn = None
         self.uplink_bps[index] = bits_per_s
 
     def crash(self, index: int) -> None:
@@ -196,7 +219,7 @@ class Simulator:
 
     def poke(self, index: int) -> None:
         """Flush node ``index`` after the scenario called its API directly."""
-        self._make_flush()(index)
+        self._get_flush()(index)
 
     # ------------------------------------------------------------------------------ the loop
 
@@ -210,7 +233,7 @@ class Simulator:
         armed = self._armed
         stats = self.stats
         received = stats.received_messages
-        flush = self._make_flush()
+        flush = self._get_flush()
         self._stop = False
         check_every = 1 << 14
         countdown = check_every
@@ -237,7 +260,7 @@ class Simulator:
             else:
                 a(*b)
                 # A scenario action may have set a hook (message log, events) or an uplink.
-                flush = self._make_flush()
+                flush = self._flush_fn or self._get_flush()
             stats.events += 1
             if self._stop:
                 break
@@ -263,13 +286,19 @@ class Simulator:
         return tc
 
     def _flush(self, i: int) -> None:
-        self._make_flush()(i)
+        self._get_flush()(i)
+
+    def _get_flush(self) -> Callable[[int], None]:
+        fn = self._flush_fn
+        if fn is None:
+            fn = self._flush_fn = self._make_flush()
+        return fn
 
     def _make_flush(self) -> Callable[[int], None]:
         """The flush of one node (see the module docstring), as a closure over everything that
         stays fixed while the loop runs: it runs after every input, so every attribute it needs
-        is looked up once here rather than on every call. Built at the start of ``run`` (and on
-        ``poke``), after the scenario has set ``message_log``, ``on_events`` and uplinks."""
+        is looked up once here rather than on every call. Built on first use and again after
+        the scenario sets ``message_log``, ``on_events`` or an uplink (``_get_flush``)."""
         cores = self.cores
         stats = self.stats
         sent_messages = stats.sent_messages
@@ -286,9 +315,9 @@ class Simulator:
         uplink_free = self._uplink_free
         loss = self.loss
         rand = self._rng.random
-        log = self.message_log
+        log = self._message_log
         take_events = self._take_events
-        on_events = self.on_events
+        on_events = self._on_events
         armed = self._armed
         route, direct = Route, Direct
         version = WIRE_VERSION
