@@ -22,10 +22,12 @@ calls the tree's own CLI (``sim.cli.main``, ``--json --quiet``) or its own
 (``ru_maxrss``) is that run's alone.
 
 Per run and tree it reports the wall time of the run (the CLI call in the child, interpreter
-start-up excluded), the simulated messages per second as the experiment reports them
-(``sim_messages_per_s``: messages over the experiment's own wall time) and the peak RSS; per
-run, the speed-ups ``wall base/head`` and ``msgs/s head/base`` (both > 1 when head is faster;
-medians over the rounds). It then checks that the protocol did not change: the same simulated
+start-up excluded), the child's CPU time (user + system, from the same ``wait4``: on a machine
+whose cores are shared, CPU time moves much less with the others' load than wall time), the
+simulated messages per second as the experiment reports them (``sim_messages_per_s``: messages
+over the experiment's own wall time) and the peak RSS; per run, the speed-ups ``wall
+base/head``, ``CPU base/head`` and ``msgs/s head/base`` (> 1 when head is faster; medians over
+the rounds). It then checks that the protocol did not change: the same simulated
 message count (and delivered/expected counts), 0 missed / 0 duplicates / 0 false positives on
 both trees, and the latency and byte means within 1 % (each difference is printed).
 
@@ -235,6 +237,7 @@ class Attempt:
     error: str = ""
     wall_s: float = float("nan")
     process_wall_s: float = float("nan")
+    cpu_s: float = float("nan")
     rss_mib: float = float("nan")
     rc: int | None = None
     result: dict[str, Any] = field(default_factory=dict)
@@ -270,6 +273,7 @@ class Attempt:
             "rc": self.rc,
             "wall_s": self.wall_s,
             "process_wall_s": self.process_wall_s,
+            "cpu_s": self.cpu_s,
             "rate": self.rate,
             "rss_mib": self.rss_mib,
             "experiment": {k: self.result[k] for k in keep if k in self.result},
@@ -288,10 +292,11 @@ def run_child(
     command: Sequence[str],
     say: Callable[[str], None],
     workdir: Path,
-) -> tuple[dict[str, Any], dict[str, Any], int, float, float, str]:
+) -> tuple[dict[str, Any], dict[str, Any], int, float, float, float, str]:
     """Run ``command`` on ``tree`` in a child process.
 
-    Returns (result JSON, child meta, exit status, process wall s, peak RSS MiB, stderr tail).
+    Returns (result JSON, child meta, exit status, process wall s, process CPU s (user + system),
+    peak RSS MiB, stderr tail).
     """
     meta_path = workdir / "meta.json"
     out_path = workdir / "stdout"
@@ -318,6 +323,7 @@ def run_child(
     rc = os.waitstatus_to_exitcode(status)
     proc.returncode = rc  # reaped above; keep Popen from waiting again
     rss = _maxrss_mib(usage.ru_maxrss)
+    cpu = usage.ru_utime + usage.ru_stime
     stdout = out_path.read_text(errors="replace")
     stderr_tail = "\n".join(err_path.read_text(errors="replace").splitlines()[-15:])
     result: dict[str, Any] = {}
@@ -330,7 +336,7 @@ def run_child(
                 continue
             break
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    return result, meta, rc, wall, rss, stderr_tail
+    return result, meta, rc, wall, cpu, rss, stderr_tail
 
 
 # ---------------------------------------------------------------------------------- checks
@@ -492,6 +498,7 @@ def summarise(run: Run, attempts: list[Attempt]) -> dict[str, Any]:
     med = {
         t: {
             "wall_s": _median([a.wall_s for a in xs]),
+            "cpu_s": _median([a.cpu_s for a in xs]),
             "rate": _median([a.rate for a in xs]),
             "rss_mib": _median([a.rss_mib for a in xs]),
         }
@@ -533,6 +540,7 @@ def summarise(run: Run, attempts: list[Attempt]) -> dict[str, Any]:
         "kind": run.kind,
         "median": med,
         "wall_ratio_base_over_head": _ratio(med["base"]["wall_s"], med["head"]["wall_s"]),
+        "cpu_ratio_base_over_head": _ratio(med["base"]["cpu_s"], med["head"]["cpu_s"]),
         "rate_ratio_head_over_base": _ratio(med["head"]["rate"], med["base"]["rate"]),
         "checks": [c.__dict__ | {"diff": c.diff_text()} for c in checks],
         "checks_ok": ok,
@@ -597,7 +605,8 @@ def _fmt(x: float, spec: str) -> str:
 
 
 def table(summaries: list[dict[str, Any]], attempts: list[Attempt]) -> str:
-    head = f"{'run':<20} {'tree':<5} {'wall s':>8} {'msgs/s':>10} {'RSS MiB':>8} {'speed-up':>22}"
+    cols = f"{'run':<19} {'tree':<4} {'wall s':>7} {'CPU s':>7} {'msgs/s':>9} {'RSS MiB':>7}"
+    head = f"{cols}  speed-up (wall, CPU, rate)"
     lines = [head, "-" * len(head)]
     for s in summaries:
         for tree in ("base", "head"):
@@ -607,16 +616,20 @@ def table(summaries: list[dict[str, Any]], attempts: list[Attempt]) -> str:
             ratio = ""
             if tree == "head":
                 ratio = (
-                    f"wall {_fmt(s['wall_ratio_base_over_head'], '.2f')}x, "
-                    f"rate {_fmt(s['rate_ratio_head_over_base'], '.2f')}x"
+                    f"  {_fmt(s['wall_ratio_base_over_head'], '.2f')}x "
+                    f"{_fmt(s['cpu_ratio_base_over_head'], '.2f')}x "
+                    f"{_fmt(s['rate_ratio_head_over_base'], '.2f')}x"
                 )
-            med = f" (median of {n})" if n > 1 else ""
+            med = f"  (median of {n})" if n > 1 else ""
             lines.append(
-                f"{label:<20} {tree:<5} {_fmt(m['wall_s'], '8.1f')} "
-                f"{_fmt(m['rate'], '10,.0f')} {_fmt(m['rss_mib'], '8.0f')} {ratio:>22}{med}"
+                f"{label:<19} {tree:<4} {_fmt(m['wall_s'], '7.1f')} {_fmt(m['cpu_s'], '7.1f')} "
+                f"{_fmt(m['rate'], '9,.0f')} {_fmt(m['rss_mib'], '7.0f')}{ratio}{med}"
             )
-    lines.append("wall: the run in its child process; msgs/s: the experiment's own figure")
-    lines.append("(runtime_swarm: sustained events/s); speed-up: wall base/head, rate head/base")
+    lines += [
+        "wall: the run in its child process; CPU: the child's user + system time; msgs/s: the",
+        "experiment's own sim_messages_per_s (runtime_swarm: sustained events/s); speed-up:",
+        "wall base/head, CPU base/head, msgs/s head/base (> 1: head is faster)",
+    ]
     return "\n".join(lines)
 
 
@@ -719,7 +732,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     command = run.command(args.quick, trees[tree])
                     tag = f"{run.name} [{tree}, round {rnd}/{args.repeat}]"
                     say(f"{tag}: {' '.join(command)}")
-                    result, meta, rc, pwall, rss, err = run_child(
+                    result, meta, rc, pwall, cpu, rss, err = run_child(
                         trees[tree],
                         run.kind,
                         command,
@@ -727,6 +740,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         Path(tmp),
                     )
                     a = Attempt(run.name, tree, rnd, rc=rc, process_wall_s=pwall, rss_mib=rss)
+                    a.cpu_s = cpu
                     a.result, a.meta = result, meta
                     a.wall_s = float(meta.get("wall_s", pwall))
                     if not meta:
@@ -747,7 +761,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     say(
                         f"{tag}: "
                         + (
-                            f"done, wall {a.wall_s:.1f} s, {_fmt(a.rate, ',.0f')} /s, "
+                            f"done, wall {a.wall_s:.1f} s, CPU {cpu:.1f} s, "
+                            f"{_fmt(a.rate, ',.0f')} /s, "
                             f"peak RSS {rss:.0f} MiB"
                             if a.ok
                             else f"FAILED: {a.error}"
