@@ -45,8 +45,8 @@ Runs (``--only NAME...`` picks some; ``--quick`` shrinks them for a smoke test):
 
 ``route`` runs each tree with its defaults: a5c21ca always sent leaf-set keep-alives, later
 trees leave them out when nothing can fail (``--keepalives auto``), so there the message and
-byte totals are compared without the pings and the msgs/s ratio compares different streams
-(read the wall ratio). ``route-keepalives`` gives ``--keepalives on`` to every tree whose CLI
+byte totals are compared without the keep-alive traffic (pings, pongs, leaf-set exchange) and
+the msgs/s ratio compares different streams (read the wall ratio). ``route-keepalives`` gives ``--keepalives on`` to every tree whose CLI
 knows the option (an option a tree's CLI lacks is left out for that tree): the same stream on
 both, compared in full.
 
@@ -414,10 +414,16 @@ def _type_counts(r: dict[str, Any], exclude: tuple[str, ...]) -> tuple[int, int]
     return sum(v["messages"] for v in kept), sum(v["bytes"] for v in kept)
 
 
+#: Pastry's leaf-set maintenance: the keep-alive pings, their answers, and the leaf-set exchange
+#: every few keep-alive rounds (``dht/node.py``, ``_on_keepalive``).
+KEEPALIVE_TYPES = ("Ping", "Pong", "LeafSetRequest", "LeafSetReply")
+
+
 def route_checks(base: dict[str, Any], head: dict[str, Any]) -> list[Check]:
     """Same lookups, same paths. a5c21ca always ran leaf-set keep-alives; later trees leave
     them out when nothing can fail (``--keepalives auto``, the JSON's ``keepalives`` field). If
-    the two runs differ there, the message and byte totals are compared without the pings."""
+    the two runs differ there, the message and byte totals are compared without the keep-alive
+    traffic (``KEEPALIVE_TYPES``)."""
     pings_b, pings_h = base.get("keepalives", True), head.get("keepalives", True)
     if pings_b == pings_h:
         totals = [
@@ -425,13 +431,15 @@ def route_checks(base: dict[str, Any], head: dict[str, Any]) -> list[Check]:
             _close("simulated bytes", base, head, "sim_bytes"),
         ]
     else:
-        b, h = _type_counts(base, ("Ping",)), _type_counts(head, ("Ping",))
+        b, h = _type_counts(base, KEEPALIVE_TYPES), _type_counts(head, KEEPALIVE_TYPES)
         bm, bb = b or (None, None)
         hm, hb = h or (None, None)
-        pings = f"pings: base {'on' if pings_b else 'off'}, head {'on' if pings_h else 'off'}"
+        pings = f"keep-alives: base {'on' if pings_b else 'off'}, head {'on' if pings_h else 'off'}"
         totals = [
-            Check("messages without pings", bm, hm, bm is not None and bm == hm, f"equal; {pings}"),
-            _close("bytes without pings", {"x": bb}, {"x": hb}, "x"),
+            Check(
+                "messages w/o keep-alives", bm, hm, bm is not None and bm == hm, f"equal; {pings}"
+            ),
+            _close("bytes w/o keep-alives", {"x": bb}, {"x": hb}, "x"),
         ]
     ok_root = [
         Check(
