@@ -46,9 +46,9 @@ Runs (``--only NAME...`` picks some; ``--quick`` shrinks them for a smoke test):
 ``route`` runs each tree with its defaults: a5c21ca always sent leaf-set keep-alives, later
 trees leave them out when nothing can fail (``--keepalives auto``), so there the message and
 byte totals are compared without the keep-alive traffic (pings, pongs, leaf-set exchange) and
-the msgs/s ratio compares different streams (read the wall ratio). ``route-keepalives`` gives ``--keepalives on`` to every tree whose CLI
-knows the option (an option a tree's CLI lacks is left out for that tree): the same stream on
-both, compared in full.
+the msgs/s ratio compares different streams (read the wall ratio). ``route-keepalives`` gives
+``--keepalives on`` to every tree whose CLI knows the option (an option a tree's CLI lacks is
+left out for that tree): the same stream on both, compared in full.
 
 ``runtime_swarm`` (issue 15, acceptance item 6: it must not get slower) has no simulated
 messages: its rows show the sustained events/s of the throughput phase in the msgs/s column,
@@ -682,7 +682,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description=(__doc__ or "").splitlines()[0],
         epilog="runs: " + ", ".join(RUN_NAMES) + " (module docstring: what each one is)",
     )
-    ap.add_argument("--base", default=DEFAULT_BASE, metavar="REV", help="baseline commit")
+    ap.add_argument(
+        "--base",
+        default=DEFAULT_BASE,
+        metavar="REV",
+        help=f"baseline commit (default: {DEFAULT_BASE})",
+    )
     ap.add_argument(
         "--head-dir", type=Path, default=REPO, help="the tree to compare (default: this checkout)"
     )
