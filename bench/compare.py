@@ -239,6 +239,8 @@ class Attempt:
     process_wall_s: float = float("nan")
     cpu_s: float = float("nan")
     rss_mib: float = float("nan")
+    #: The machine's 1-minute load average when the run ended: how busy the others kept it.
+    load: float = float("nan")
     rc: int | None = None
     result: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
@@ -276,6 +278,7 @@ class Attempt:
             "cpu_s": self.cpu_s,
             "rate": self.rate,
             "rss_mib": self.rss_mib,
+            "load_at_end": self.load,
             "experiment": {k: self.result[k] for k in keep if k in self.result},
             "meta": self.meta,
         }
@@ -754,6 +757,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                     a = Attempt(run.name, tree, rnd, rc=rc, process_wall_s=pwall, rss_mib=rss)
                     a.cpu_s = cpu
+                    a.load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
                     a.result, a.meta = result, meta
                     a.wall_s = float(meta.get("wall_s", pwall))
                     if not meta:
@@ -776,7 +780,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         + (
                             f"done, wall {a.wall_s:.1f} s, CPU {cpu:.1f} s, "
                             f"{_fmt(a.rate, ',.0f')} /s, "
-                            f"peak RSS {rss:.0f} MiB"
+                            f"peak RSS {rss:.0f} MiB, load {a.load:.1f}"
                             if a.ok
                             else f"FAILED: {a.error}"
                         )
