@@ -639,7 +639,12 @@ def _pairs(report: Report, out: Path, param: str, values: tuple[Any, Any]) -> No
             figs = ("4.5", "4.6")
             top = 100
             mean_ref, mean_pair = paper.PROBE_MEAN, paper.PROBE_MEAN_PAIR
-            second = (paper.PROBE_MAX, paper.PROBE_MAX_PAIR, "max")
+            # (its reference, the published (unicast, multicast) pair if any, our statistic)
+            second: tuple[paper.Ref, tuple[float, float] | None, str] = (
+                paper.PROBE_MAX,
+                paper.PROBE_MAX_PAIR,
+                "max",
+            )
             what = "multicast vs unicast"
             curves = [
                 plots.Curve(
