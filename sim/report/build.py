@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dht.substrate import SUBSTRATES
 from sim.outputs import ensure_writable_dir
 from sim.report import paper
 from sim.report.session import DEFAULT_MASTER, ReportError
@@ -283,7 +284,9 @@ def _substrate(p: dict[str, Any]) -> str:
         return ""
     lookup = p.get("lookup")
     # Pastry routes hop by hop whatever ``lookup`` says; Kademlia's lookups are one or other.
-    return f"{dht}, {lookup} lookups" if dht == "kademlia" and lookup else str(dht)
+    spec = SUBSTRATES.get(str(dht))
+    has_lookup = spec is not None and spec.has_lookup
+    return f"{dht}, {lookup} lookups" if has_lookup and lookup else str(dht)
 
 
 def _short(run: RunLog) -> str:
