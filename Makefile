@@ -13,9 +13,11 @@ demo: $(VENV)/.installed
 	$(BIN)/rangecast sim run thesis --seed 1 --out $(DEMO) --force
 	$(BIN)/rangecast report $(DEMO) --out-dir $(DEMO)/report
 
-# The tests CI runs: the fast suite (slow scenario tests are marked and skipped) and the linter.
+# The tests CI runs: the fast suite (slow scenario tests are marked and skipped), the linter and
+# the type checker (on the packages [tool.mypy] names).
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 # Everything, slow scenarios included.

@@ -100,9 +100,6 @@ class Pending:
         self.reroutes = reroutes
 
 
-#: The DHT substrates, by the name the command lines and configurations use.
-DHTS = ("pastry", "kademlia")
-
 #: Timer kind of a hop ack's deadline (each core numbers its other timers from 1).
 T_ACK = 0
 
@@ -400,7 +397,6 @@ def _no_proximity(peer: Peer) -> float:
 
 
 __all__ = [
-    "DHTS",
     "T_ACK",
     "Application",
     "DhtCore",

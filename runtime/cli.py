@@ -15,6 +15,7 @@ from typing import Any
 import trio
 
 from dht.errors import LocalProtocolError, RangecastError
+from dht.substrate import SUBSTRATES
 from pubsub.node import OverlayConfig
 from pubsub.schema import Schema, SchemaRegistry, builtin_schemas
 from runtime.identity import Identity, StateDir, parse_endpoint
@@ -108,7 +109,7 @@ def _peer_start(args: argparse.Namespace) -> int:
             contacts = [parse_endpoint(str(k)) for k in known]
             log.info("rejoining through %d peers remembered in the state directory", len(contacts))
             remembered = True
-    dht = args.dht or saved.get("dht") or "pastry"
+    dht = str(args.dht or saved.get("dht") or "pastry")
     if saved.get("dht") not in (None, dht):
         raise LocalProtocolError(
             f"this state directory belongs to a {saved['dht']} peer; --dht {dht} cannot reuse it"
@@ -121,7 +122,8 @@ def _peer_start(args: argparse.Namespace) -> int:
                 f"cannot write the state directory {args.state}: {exc.strerror or exc}"
             ) from None
     kademlia = replace(RUNTIME_KADEMLIA, lookup=args.lookup, root_cache=args.root_cache)
-    if args.lookup != "iterative" and dht != "kademlia":
+    spec = SUBSTRATES.get(dht)  # an unknown name: PeerConfig says which ones there are
+    if args.lookup != "iterative" and not (spec is not None and spec.has_lookup):
         raise LocalProtocolError("--lookup applies to --dht kademlia only")
     config = PeerConfig(
         host=host,

@@ -30,7 +30,6 @@ import trio
 from dht.errors import RangecastError, RemoteProtocolError
 from dht.wire import Message
 from runtime.guard import FrameReader, FrameTooLarge, frame, wire_codec
-from runtime.identity import PeerAddress
 from runtime.messages import (
     Done,
     Hello,
@@ -289,10 +288,6 @@ def _reason(exc: OSError) -> str:
                 text += " (no peer listening there?)"
             return text
     return exc.strerror or str(exc)
-
-
-def describe_peer(hello: HelloReply) -> str:
-    return str(PeerAddress.from_bytes(hello.addr))
 
 
 __all__ = [

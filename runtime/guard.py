@@ -60,7 +60,7 @@ class FrameReader:
         self._buf = bytearray()
         self.limit = limit
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes | bytearray) -> list[bytes]:
         buf = self._buf
         buf += data
         out: list[bytes] = []

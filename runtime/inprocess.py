@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import trio
 
-from dht.kademlia import expected_siblings
+from dht.substrate import substrate
 from pubsub.schema import SchemaRegistry, builtin_schemas
 from runtime.identity import Identity
 from runtime.peer import PeerConfig, PeerRuntime
@@ -23,26 +23,14 @@ def leaf_sets_converged(peers: list[PeerRuntime]) -> bool:
     if not live:
         return False
     ids = sorted(p.identity.int_id for p in live)
-    if live[0].cfg.dht == "kademlia":
-        s = live[0].cfg.kademlia.siblings
-        for p in live:
-            own = p.identity.int_id
-            want = expected_siblings(ids, own, s)
-            if [q.id for q in p.dht.neighbours()] != want:
-                return False
-        return True
-    half = live[0].cfg.pastry.leaf_set_size // 2
-    n = len(ids)
-    pos = {x: k for k, x in enumerate(ids)}
-    for p in live:
-        k = pos[p.identity.int_id]
-        reach = min(half, n - 1)
-        want = {ids[(k + j) % n] for j in range(1, reach + 1)}
-        want |= {ids[(k - j) % n] for j in range(1, reach + 1)}
-        have = {q.id for q in p.dht.neighbours()}
-        if have != want:
-            return False
-    return True
+    cfg = live[0].cfg
+    spec = substrate(cfg.dht)
+    return all(
+        spec.neighbours_match(
+            [q.id for q in p.dht.neighbours()], ids, p.identity.int_id, cfg.dht_config
+        )
+        for p in live
+    )
 
 
 async def start_local_swarm(

@@ -149,8 +149,6 @@ class Authed(Message, tag=142, frozen=True):
     tag: Annotated[bytes, msgspec.Meta(min_length=16, max_length=16)]
 
 
-CLIENT_REQUESTS = (Hello, SubscribeRequest, UnsubscribeRequest, PublishRequest, StatusRequest)
-
 register(
     "runtime",
     Sealed,

@@ -48,11 +48,11 @@ from typing import Any
 
 import trio
 
-from dht.core import DHTS
 from dht.errors import LocalProtocolError, RangecastError, RemoteProtocolError, WireError
 from dht.kademlia import KademliaConfig, KademliaNode
-from dht.node import PastryConfig, PastryNode, State
+from dht.node import PastryConfig, State
 from dht.routing import Peer
+from dht.substrate import DHTS, DhtConfig, DhtNode, make_dht, substrate
 from dht.wire import Message, codec
 from pubsub.node import (
     EventDelivered,
@@ -141,8 +141,11 @@ class PeerConfig:
         if self.dht not in DHTS:
             raise LocalProtocolError(f"dht must be one of {', '.join(DHTS)}, got {self.dht!r}")
 
-    def with_overlay(self, **kw: Any) -> PeerConfig:
-        return replace(self, overlay=replace(self.overlay, **kw))
+    @property
+    def dht_config(self) -> DhtConfig:
+        """The chosen substrate's configuration (``pastry`` or ``kademlia``)."""
+        kind = substrate(self.dht).config_type
+        return self.pastry if isinstance(self.pastry, kind) else self.kademlia
 
 
 # ------------------------------------------------------------------ knobs for tests only
@@ -179,8 +182,9 @@ def tuned(cfg: PeerConfig, spec: str) -> PeerConfig:
     ``PeerConfig`` field (``tick_s``) or a part and one of its fields (``pastry.keepalive_s``,
     ``kademlia.ack_floor_s``, ``overlay.refresh_s``). For tests that need a peer process with
     short timers; a bad spec is one line naming ``RANGECAST_TEST_TUNING``."""
-    parts: dict[str, dict[str, object]] = {}
-    top: dict[str, object] = {}
+    # Any: each value is coerced to the type of the field it replaces (``_coerce``).
+    parts: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
     try:
         for item in filter(None, (s.strip() for s in spec.split(","))):
             name, sep, text = item.partition("=")
@@ -286,6 +290,8 @@ class PeerRuntime:
         self.transport = TransportStats()
         self.address: PeerAddress | None = None
         self.core: OverlayPeer | None = None
+        #: ``core.dht`` as the concrete node it is (the core only knows it as a ``DhtCore``).
+        self._node: DhtNode | None = None
         self._links: dict[bytes, _Link] = {}
         self._owners: dict[int, Owner] = {}
         self._local: list[Message] = []
@@ -321,10 +327,10 @@ class PeerRuntime:
         return self.address.to_bytes()
 
     @property
-    def dht(self) -> PastryNode | KademliaNode:
-        if self.core is None:
+    def dht(self) -> DhtNode:
+        if self._node is None:
             raise LocalProtocolError("the peer is not running yet")
-        return self.core.dht
+        return self._node
 
     async def run(
         self,
@@ -373,7 +379,7 @@ class PeerRuntime:
             nursery.start_soon(self._heartbeat)
             log.info("peer %s listening on %s", self.identity.node_id.hex(), self.address.endpoint)
             await self._enter(contacts or [])
-            if self.cfg.dht == "kademlia" and self.cfg.kademlia_rpc:
+            if substrate(self.cfg.dht).kademlia_ids and self.cfg.kademlia_rpc:
                 self.kademlia = KademliaService(
                     self.identity.node_id, ksize=self.cfg.kademlia.k, alpha=self.cfg.kademlia.alpha
                 )
@@ -389,16 +395,15 @@ class PeerRuntime:
     def _fresh_core(self) -> None:
         """A core in its initial state (at start, and before each new join attempt: a core
         whose join failed cannot join again)."""
-        addr = self.addr
-        dht: PastryNode | KademliaNode
-        if self.cfg.dht == "kademlia":
-            dht = KademliaNode(
-                self.identity.int_id, addr, self.rng, config=self.cfg.kademlia, proximity=self._rtt
-            )
-        else:
-            dht = PastryNode(
-                self.identity.int_id, addr, self.rng, config=self.cfg.pastry, proximity=self._rtt
-            )
+        dht = make_dht(
+            self.cfg.dht,
+            self.identity.int_id,
+            self.addr,
+            self.rng,
+            config=self.cfg.dht_config,
+            proximity=self._rtt,
+        )
+        self._node = dht
         self.core = OverlayPeer(
             dht,
             schemas=self.schemas,
@@ -889,17 +894,17 @@ class PeerRuntime:
                         except WireError:
                             rej.add("malformed frame")
                             continue
-                        kind = type(msg)
-                        if kind is Authed:
+                        # ``type(msg) is``: exact types, and what mypy narrows ``msg`` by.
+                        if type(msg) is Authed:
                             if link is None:
                                 rej.add("no session on this link")
                             elif not self._on_authed(link, msg):
                                 return  # a bad tag: the link is out of step, drop it
                             continue
-                        if kind is Sealed:
+                        if type(msg) is Sealed:
                             self._on_sealed(msg)
                             continue
-                        if kind is SessionOpen:
+                        if type(msg) is SessionOpen:
                             if link is not None or session is not None or self._gate is None:
                                 rej.add("unexpected session opening")
                                 continue
@@ -974,7 +979,7 @@ class PeerRuntime:
         core = self.core
         if core is None or self.address is None:
             return {"state": "starting"}
-        dht = core.dht
+        dht = self.dht
 
         def show(p: Peer) -> str:
             try:
@@ -982,7 +987,7 @@ class PeerRuntime:
             except RemoteProtocolError:
                 return repr(p.addr)
 
-        if isinstance(dht, KademliaNode):
+        if isinstance(dht, KademliaNode):  # the status shows each substrate's own tables
             buckets = dht.table.buckets
             per_bucket = {str(i): len(buckets[i]) for i in sorted(buckets)}
             routing: dict[str, Any] = {
@@ -990,7 +995,7 @@ class PeerRuntime:
                 "buckets": len(per_bucket),
                 "per_bucket": per_bucket,
             }
-            leaf_set = {"left": [], "right": []}
+            leaf_set: dict[str, list[str]] = {"left": [], "right": []}
         else:
             rows = dht.table.rows
             filled = [sum(1 for e in row if e is not None) for row in rows]

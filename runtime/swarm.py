@@ -29,11 +29,11 @@ from typing import Any
 
 import trio
 
-from dht.core import DHTS
 from dht.errors import LocalProtocolError
-from dht.kademlia import LOOKUP_MODES, ROOT_CACHE, expected_siblings
+from dht.kademlia import LOOKUP_MODES, ROOT_CACHE
+from dht.substrate import DHTS, substrate
 from pubsub.node import OverlayConfig
-from runtime.identity import STATE_FILE, PeerAddress
+from runtime.identity import STATE_FILE
 
 SWARM_FILE = "swarm.json"
 
@@ -135,7 +135,7 @@ def _spawn(i: int, port: int, dir_: Path, join: int | None, args: argparse.Names
         "--dht",
         args.dht,
     ]
-    if args.dht == "kademlia":
+    if substrate(args.dht).has_lookup:
         cmd += ["--lookup", args.lookup, "--root-cache", str(args.root_cache)]
     if join is not None:
         cmd += ["--join", f"127.0.0.1:{join}"]
@@ -212,26 +212,22 @@ def _unconverged(statuses: dict[int, dict[str, Any]], dht: str) -> list[int]:
     """The peers whose leaf set (Kademlia: sibling list, and with few enough peers the whole
     membership in the k-buckets) is not yet what the membership implies. Until then two peers
     can disagree about which of them is the root of a key."""
-    from runtime.peer import RUNTIME_KADEMLIA, RUNTIME_PASTRY
+    from runtime.peer import PeerConfig
 
+    # The peer processes run with the runtime's configuration of their substrate (``--lookup``
+    # and ``--root-cache`` leave the neighbour sets and the bucket size alone).
+    spec, config = substrate(dht), PeerConfig(dht=dht).dht_config
     where = {int(st["id"], 16): st["address"] for st in statuses.values()}
     ids = sorted(where)
     n = len(ids)
-    pos = {x: k for k, x in enumerate(ids)}
     bad = []
     for i, st in statuses.items():
         own = int(st["id"], 16)
         have = {str(s).rsplit("@", 1)[-1] for s in st["neighbours"]}
-        if dht == "kademlia":
-            want_ids = expected_siblings(ids, own, RUNTIME_KADEMLIA.siblings)
-            if n - 1 <= RUNTIME_KADEMLIA.k and st["routing_table"]["entries"] != n - 1:
-                bad.append(i)
-                continue
-        else:
-            reach = min(RUNTIME_PASTRY.leaf_set_size // 2, n - 1)
-            k = pos[own]
-            want_ids = [ids[(k + j) % n] for j in range(1, reach + 1)]
-            want_ids += [ids[(k - j) % n] for j in range(1, reach + 1)]
+        if not spec.table_settled(n, st["routing_table"]["entries"], config):
+            bad.append(i)
+            continue
+        want_ids = spec.expected_neighbours(ids, own, config)
         if have != {where[x] for x in want_ids}:
             bad.append(i)
     return bad
@@ -437,13 +433,6 @@ def _down(args: argparse.Namespace) -> int:
         json.dumps({"stopped": len(running), "killed_after_grace": len(killed), "dir": str(dir_)})
     )
     return 0
-
-
-def peer_address(entry: dict[str, Any]) -> PeerAddress | None:
-    if not entry.get("id"):
-        return None
-    host, port = str(entry["address"]).rsplit(":", 1)
-    return PeerAddress(bytes.fromhex(entry["id"]), host, int(port))
 
 
 def add_dht_arguments(parser: argparse.ArgumentParser, *, dht_default: str | None) -> None:

@@ -204,8 +204,8 @@ def _print_thesis_summary(r: dict[str, Any]) -> None:
 
 
 def _add_dht(parser: argparse.ArgumentParser) -> None:
-    from dht.core import DHTS
     from dht.kademlia import LOOKUP_MODES, ROOT_CACHE
+    from dht.substrate import DHTS
 
     parser.add_argument(
         "--dht",
@@ -247,12 +247,15 @@ def _progress(args: argparse.Namespace, label: str) -> Progress | None:
 
 
 def _dht_name(r: dict[str, Any]) -> str:
-    if r.get("dht") == "kademlia":
+    from dht.substrate import SUBSTRATES
+
+    spec = SUBSTRATES[r.get("dht") or "pastry"]
+    if spec.has_lookup:
         cache = r.get("root_cache")
         if cache is None:
-            return f"Kademlia ({r['lookup']})"
-        return f"Kademlia ({r['lookup']}, root cache {cache or 'off'})"
-    return "Pastry"
+            return f"{spec.title} ({r['lookup']})"
+        return f"{spec.title} ({r['lookup']}, root cache {cache or 'off'})"
+    return spec.title
 
 
 def _print_route_summary(r: dict[str, Any]) -> None:

@@ -665,10 +665,10 @@ def latency_model(spec: str, seed: int) -> LatencyModel:
         resource = resources.files("sim") / "data" / NAMED_MATRICES[spec]
         with resources.as_file(resource) as path:
             return MatrixLatency.load(path)
-    path = spec.removeprefix("matrix:")
-    if not Path(path).is_file():
+    given = spec.removeprefix("matrix:")
+    if not Path(given).is_file():
         raise LatencyModelError(
             f"unknown latency model {spec!r}: expected 'synthetic', 'planetlab' or a path to an "
-            f"RTT matrix file, and {path!r} is not a file"
+            f"RTT matrix file, and {given!r} is not a file"
         )
-    return MatrixLatency.load(path)
+    return MatrixLatency.load(given)

@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from dht.core import DHTS
 from dht.errors import LocalProtocolError
 from dht.ids import IdSpace
-from dht.kademlia import ROOT_CACHE, KademliaConfig, KademliaNode, expected_siblings
-from dht.node import Application, PastryConfig, PastryNode, State
+from dht.kademlia import ROOT_CACHE, KademliaConfig
+from dht.node import Application, PastryConfig, State
 from dht.routing import Peer
+from dht.substrate import SUBSTRATES, DhtConfig, substrate_of
 from sim.engine import Core, Simulator
 from sim.latency import LatencyModel
 from sim.streams import stream
@@ -48,37 +48,33 @@ class _RttTo:
         return self.rtt(self.index, j) if j is not None else 1e9
 
 
-Substrate = PastryNode | KademliaNode
-
-
 def dht_config(
     dht: str,
     *,
     lookup: str = "iterative",
     root_cache: int = ROOT_CACHE,
     failure_free: bool = False,
-) -> PastryConfig | KademliaConfig:
+) -> DhtConfig:
     """The substrate's configuration by name. ``failure_free``: no keep-alives and no hop or
     lookup deadlines (experiments without churn, where they would only cost wall time)."""
-    if dht not in DHTS:
-        raise LocalProtocolError(f"--dht must be one of {', '.join(DHTS)}, got {dht!r}")
+    spec = SUBSTRATES.get(dht)
+    if spec is None:
+        raise LocalProtocolError(f"--dht must be one of {', '.join(SUBSTRATES)}, got {dht!r}")
     if root_cache < 0:
         raise LocalProtocolError(f"--root-cache must be >= 0, got {root_cache}")
     off: dict[str, Any] = {"keepalive_s": math.inf, "hop_acks": False} if failure_free else {}
-    if dht == "kademlia":
-        return KademliaConfig(lookup=lookup, root_cache=root_cache, **off)
-    if lookup != "iterative":
-        raise LocalProtocolError("--lookup applies to --dht kademlia only")
-    return PastryConfig(**off)
+    return spec.config(lookup=lookup, root_cache=root_cache, **off)
 
 
 def dht_fields(dht: str, lookup: str, root_cache: int = ROOT_CACHE) -> dict[str, Any]:
     """How a run's JSON names its substrate (``lookup`` only means something on Kademlia, and
     the root cache only with iterative lookups)."""
-    iterative = dht == "kademlia" and lookup == "iterative"
+    spec = SUBSTRATES.get(dht)
+    has_lookup = spec is not None and spec.has_lookup
+    iterative = has_lookup and lookup == "iterative"
     return {
         "dht": dht,
-        "lookup": lookup if dht == "kademlia" else None,
+        "lookup": lookup if has_lookup else None,
         "root_cache": root_cache if iterative else None,
     }
 
@@ -91,20 +87,21 @@ class PastryOverlay:
         sim: Simulator,
         seed: int,
         *,
-        config: PastryConfig | KademliaConfig | None = None,
+        config: DhtConfig | None = None,
         app_factory: Callable[[int], Application] | None = None,
         core_factory: Callable[[int, Any], Core] | None = None,
     ) -> None:
         self.sim = sim
         self.seed = seed
         self.cfg = config or PastryConfig()
-        self.kademlia = isinstance(self.cfg, KademliaConfig)
+        self.substrate = substrate_of(self.cfg)
         self.space: IdSpace = self.cfg.space
         self.app_factory = app_factory
         #: Wraps each Pastry node into the core the engine drives (the overlay stack);
         #: by default the engine drives the Pastry node itself.
         self.core_factory = core_factory
         self.cores: list[Core] = []
+        #: The DHT nodes (``DhtNode``; Any: the bootstraps call substrate-specific methods).
         self.nodes: list[Any] = []
         self.peers: list[Peer] = []
         self._ids_rng = stream(seed, "ids")
@@ -126,11 +123,11 @@ class PastryOverlay:
             self._taken.add(ident)
             addr = self.sim.addrs[i]
             app = self.app_factory(i) if self.app_factory else None
-            node = (KademliaNode if self.kademlia else PastryNode)(
+            node = self.substrate.node(
                 ident,
                 addr,
                 self._proto_rng,
-                config=self.cfg,  # type: ignore[arg-type]
+                config=self.cfg,
                 proximity=_RttTo(i, self.sim.latency, self.sim.index_of),
                 app=app,
             )
@@ -291,7 +288,7 @@ class PastryOverlay:
 
     def oracle(self) -> Oracle:
         members = [(self.peers[i].id, i) for i in self.live()]
-        return Oracle(self.space, members, xor=self.kademlia)
+        return Oracle(self.space, members, xor=self.substrate.xor_metric)
 
     def oracle_leaf_sets(self) -> dict[int, tuple[list[int], list[int]]]:
         """For every live node: its (left, right) leaf ids as a perfect overlay would have."""
@@ -303,12 +300,11 @@ class PastryOverlay:
         if isinstance(self.cfg, KademliaConfig):
             live = self.live()
             ids = [self.peers[i].id for i in live]
-            n = self.cfg.siblings
+            spec = self.substrate
             bad = []
             for i in live:
-                own = self.peers[i].id
-                want = expected_siblings(ids, own, n)
-                if [p.id for p in self.nodes[i].neighbours()] != want:
+                have = [p.id for p in self.nodes[i].neighbours()]
+                if not spec.neighbours_match(have, ids, self.peers[i].id, self.cfg):
                     bad.append(i)
             return bad
         expected = self.oracle_leaf_sets()

@@ -420,10 +420,11 @@ class CsvEvents:
     ) -> CsvEvents:
         p = Path(path)
         if isinstance(missing, str):
+            word = missing
             try:
-                missing = float(missing)
+                missing = float(word)
             except ValueError:
-                missing = missing.strip()
+                missing = word.strip()
                 if not missing:
                     raise SchemaError("missing must be a number or a non-empty word") from None
         if (
@@ -493,16 +494,16 @@ class CsvEvents:
             by_header = {h: j for j, h in reversed(list(enumerate(headers))) if h}
             by_name = {attribute_name(h): j for j, h in reversed(list(enumerate(headers))) if h}
             for column, attr in wanted:
-                j = by_header.get(column, by_name.get(column))
-                if j is None:
+                found = by_header.get(column, by_name.get(column))
+                if found is None:
                     raise SchemaError(
                         f"{p}: --columns names {column!r}, which is not a column of the header "
                         f"(columns: {', '.join(repr(h) for h in headers if h)})"
                     )
-                name = attr if attr is not None else attribute_name(headers[j])
+                name = attr if attr is not None else attribute_name(headers[found])
                 if any(name == n for _, n, _ in chosen):
                     raise SchemaError(f"{p}: --columns gives the name {name!r} twice")
-                chosen.append((j, name, True))
+                chosen.append((found, name, True))
             picked = {j for j, _, _ in chosen}
             skipped_columns += [
                 (h, "not in --columns") for j, h in enumerate(headers) if h and j not in picked

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dht.substrate import SUBSTRATES
 from sim.outputs import ensure_writable_dir
 from sim.report import paper
 from sim.report.session import DEFAULT_MASTER, ReportError
@@ -283,7 +284,9 @@ def _substrate(p: dict[str, Any]) -> str:
         return ""
     lookup = p.get("lookup")
     # Pastry routes hop by hop whatever ``lookup`` says; Kademlia's lookups are one or other.
-    return f"{dht}, {lookup} lookups" if dht == "kademlia" and lookup else str(dht)
+    spec = SUBSTRATES.get(str(dht))
+    has_lookup = spec is not None and spec.has_lookup
+    return f"{dht}, {lookup} lookups" if has_lookup and lookup else str(dht)
 
 
 def _short(run: RunLog) -> str:
@@ -639,7 +642,12 @@ def _pairs(report: Report, out: Path, param: str, values: tuple[Any, Any]) -> No
             figs = ("4.5", "4.6")
             top = 100
             mean_ref, mean_pair = paper.PROBE_MEAN, paper.PROBE_MEAN_PAIR
-            second = (paper.PROBE_MAX, paper.PROBE_MAX_PAIR, "max")
+            # (its reference, the published (unicast, multicast) pair if any, our statistic)
+            second: tuple[paper.Ref, tuple[float, float] | None, str] = (
+                paper.PROBE_MAX,
+                paper.PROBE_MAX_PAIR,
+                "max",
+            )
             what = "multicast vs unicast"
             curves = [
                 plots.Curve(

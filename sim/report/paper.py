@@ -165,18 +165,24 @@ THESIS_RUN = (
 
 #: The cumulative points each distribution figure states, (x, percent of values at or below x),
 #: and its stated mean: what the figures draw next to ours.
+CdfPoints = tuple[tuple[float, float], ...]
 INSTALL_LATENCY_MEAN_MS = 331.0
-INSTALL_LATENCY_CDF = ((600.0, 70.0), (1000.0, 90.0))
+INSTALL_LATENCY_CDF: CdfPoints = ((600.0, 70.0), (1000.0, 90.0))
 DELIVERY_LATENCY_MEAN_MS = 333.0
-DELIVERY_LATENCY_CDF = ((400.0, 70.0), (1000.0, 99.0))
+DELIVERY_LATENCY_CDF: CdfPoints = ((400.0, 70.0), (1000.0, 99.0))
 INSTALL_BYTES_MEAN = 14.32
-INSTALL_BYTES_CDF = ((20.0, 78.0), (60.0, 98.0))
+INSTALL_BYTES_CDF: CdfPoints = ((20.0, 78.0), (60.0, 98.0))
 #: 4.3.1: 'there are a few nodes whose bandwidth cost is about 100 bytes/sub'.
 INSTALL_BYTES_FEW = 100.0
 PUBLISH_BYTES_MEAN = 1.32 * KB
 #: 4.3.2: 70% <= 1.6k, 90% <= 3k, 'about 7 nodes that spend more than 6k bytes but no more than
 #: 11k bytes' (of 1,000: 99.3% at or below 6k, all at or below 11k).
-PUBLISH_BYTES_CDF = ((1.6 * KB, 70.0), (3.0 * KB, 90.0), (6.0 * KB, 99.3), (11.0 * KB, 100.0))
+PUBLISH_BYTES_CDF: CdfPoints = (
+    (1.6 * KB, 70.0),
+    (3.0 * KB, 90.0),
+    (6.0 * KB, 99.3),
+    (11.0 * KB, 100.0),
+)
 #: Fig 4.5: 'in the multicast model 70% of nodes' bandwidth cost is less than 1.2k, but in the
 #: unicast model only about 55% of the nodes' bandwidth cost is in this range'.
 PROBE_CDF_AT_1200 = {"unicast": ((1.2 * KB, 55.0),), "multicast": ((1.2 * KB, 70.0),)}

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
+from numpy.typing import ArrayLike
 
 matplotlib.use("Agg")
 
@@ -74,7 +76,9 @@ class Dist:
     def cdf(self) -> tuple[list[float], list[float]]:
         """Step points of the cumulative share (percent) of values at or below x."""
         n = self.n or 1
-        xs, ys, seen = [], [], 0
+        xs: list[float] = []
+        ys: list[float] = []
+        seen = 0
         for x, c in self.points:
             if not xs:
                 xs.append(x)
@@ -193,8 +197,8 @@ def distribution(
         capped = [min(x, more + width) for x in xs]
         twin.step(capped, ys, where="post", color=colour, lw=1.8, label=f"{s.label}, cumulative")
     here = [] if log_panel else list(curves)
-    for c in here:
-        _curve(twin, c)
+    for curve in here:
+        _curve(twin, curve)
     for v in [] if log_panel else vlines:
         ax.axvline(v.x, color=v.colour, ls=v.dash, lw=1.2, label=v.label)
     step = max(1, len(edges) // 9)
@@ -211,7 +215,14 @@ def distribution(
     twin.set_ylabel(f"cumulative share of {counted}")
     if top_axis is not None:
         f = top_axis.factor
-        top = ax.secondary_xaxis("top", functions=(lambda x: x / f, lambda x: x * f))
+
+        def to_top(x: ArrayLike) -> np.ndarray:
+            return np.asarray(x) / f
+
+        def from_top(x: ArrayLike) -> np.ndarray:
+            return np.asarray(x) * f
+
+        top = ax.secondary_xaxis("top", functions=(to_top, from_top))
         top.set_xlabel(top_axis.label, fontsize=8)
         top.tick_params(labelsize=8)
     handles, labels = ax.get_legend_handles_labels()
@@ -292,7 +303,7 @@ def rank(
         ys = sorted(values, reverse=True)[:top] if top else sorted(values, reverse=True)
         xs = list(range(1, len(ys) + 1))
         peak = max([peak, *ys])
-        style = dict(marker="o", ms=2.5) if top and top <= 150 else {}
+        style: dict[str, Any] = dict(marker="o", ms=2.5) if top and top <= 150 else {}
         ax.plot(xs, ys, color=COLOURS[k % len(COLOURS)], lw=1.4, label=label, **style)
     for label, r, value, colour in published:
         ax.plot([r], [value], "D", color=colour, mfc="none", ms=9, label=label)
@@ -437,7 +448,7 @@ def figure_data(fig: Any) -> list[dict[str, Any]]:
         for coll in ax.collections:
             if isinstance(coll, PolyCollection):
                 for p in coll.get_paths():
-                    v = p.vertices
+                    v = np.asarray(p.vertices)
                     spans.append(
                         {
                             "label": str(coll.get_label()),

@@ -148,7 +148,7 @@ def run_local(
     # spawn, not fork: a clean interpreter per run, safe whatever threads the parent has.
     ctx = multiprocessing.get_context("spawn")
     queue = deque(dispatch_order(specs))
-    running: dict[Any, tuple[Any, RunSpec]] = {}
+    running: dict[multiprocessing.connection.Connection, tuple[Any, RunSpec]] = {}
     outcomes: dict[int, dict[str, Any]] = {}
     last_beat = time.monotonic()
     try:
@@ -163,8 +163,8 @@ def run_local(
                 send.close()  # the child holds the only write end: EOF here means it died
                 running[recv] = (proc, spec)
                 progress.started(spec)
-            ready = multiprocessing.connection.wait(list(running), timeout=5.0)
-            for conn in ready:
+            ready = set(multiprocessing.connection.wait(list(running), timeout=5.0))
+            for conn in [c for c in running if c in ready]:  # (``wait`` loses the key type)
                 proc, spec = running.pop(conn)
                 try:
                     outcome = conn.recv()
