@@ -92,7 +92,7 @@ class ThesisParams:
         require_finite(
             {
                 "--subs-per-node": self.subs_per_node,
-                "--missing": self.missing,
+                "--missing": None if isinstance(self.missing, str) else self.missing,
                 "--p": self.overlay.p,
                 "--cutoff": self.overlay.cutoff,
                 "sub_gap_ms": self.sub_gap_ms,
@@ -322,8 +322,8 @@ class _Deliveries:
         times = np.frombuffer(self.times, dtype=np.float64)
         stride = self.stride
         strays: dict[int, list[tuple[int, int, float, int]]] = {}
-        for (eid, i, sid), (t, n) in self.strays.items():
-            strays.setdefault(eid, []).append((i, sid, t, int(n)))
+        for (eid, i, stray_sid), (t, n) in self.strays.items():
+            strays.setdefault(eid, []).append((i, stray_sid, t, int(n)))
         eids = sorted(self.event_of.keys() | strays.keys())
         # Each published event's rank in eid order, and each receipt's (computed in slices).
         n_events = len(self.expected)
@@ -383,17 +383,17 @@ class _Deliveries:
             n_copies = np.zeros(len(rows), dtype=np.int64)
             n_copies[is_got] = got_n[pos[is_got]]
             subscriber = owner_node[rows].astype(np.int64)
-            sid = owner_sid[rows]
+            sids: np.ndarray = owner_sid[rows]
             order = np.argsort(order_of[rows], kind="stable")
             extra = strays.get(eid)
             if extra:
                 subscriber = np.concatenate([subscriber, [e[0] for e in extra]])
-                sid = np.concatenate([sid, np.array([e[1] for e in extra], dtype=np.int64)])
+                sids = np.concatenate([sids, np.array([e[1] for e in extra], dtype=np.int64)])
                 received_s = np.concatenate([received_s, [e[2] for e in extra]])
                 n_copies = np.concatenate([n_copies, [e[3] for e in extra]])
                 is_got = np.concatenate([is_got, np.ones(len(extra), dtype=bool)])
                 is_want = np.concatenate([is_want, np.zeros(len(extra), dtype=bool)])
-                order = np.lexsort((sid, subscriber))
+                order = np.lexsort((sids, subscriber))
             t0 = published.get(eid, math.nan)
             latency = (received_s - t0) * 1000.0
             if k is not None:
@@ -411,7 +411,7 @@ class _Deliveries:
                     publisher.get(eid, -1),
                     t0,
                     subscriber[order],
-                    sid[order],
+                    sids[order],
                     is_want[order],
                     received_s[order],
                     n_copies[order],
@@ -656,7 +656,7 @@ def run_thesis(
                 internal += 1
             max_depth = max(max_depth, node.tid.depth)
         st = p.overlay.stats
-        for k in (
+        for counter in (
             "jumps",
             "parked",
             "park_timeouts",
@@ -665,7 +665,7 @@ def run_thesis(
             "splits",
             "repeated_deliveries",
         ):
-            totals[k] = totals.get(k, 0) + getattr(st, k)
+            totals[counter] = totals.get(counter, 0) + getattr(st, counter)
 
     mean_rtt = model.mean_rtt_ms()
     inst = _summary(install_lat)
