@@ -612,6 +612,10 @@ class PeerRuntime:
             core.overlay.unsubscribe(sid, trio.current_time())
             self._pump()
 
+    def subscription(self, sid: int) -> Subscription | None:
+        """Our subscription ``sid`` as installed (None: not here, or the peer is stopped)."""
+        return self.core.overlay.subscriptions().get(sid) if self.core is not None else None
+
     def forget(self, sid: int) -> None:
         """Unsubscribe without telling the owner (it went away)."""
         if self._owners.pop(sid, None) is not None and self.core is not None:

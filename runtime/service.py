@@ -11,19 +11,20 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
 from dht.errors import LocalProtocolError
 from dht.wire import Message
 from pubsub.node import EventDelivered
-from pubsub.schema import SchemaError
-from pubsub.subscription import parse_subscription
-from runtime.guard import frame, wire_codec
+from pubsub.schema import SchemaError, SchemaRegistry
+from pubsub.subscription import Subscription, parse_subscription
+from runtime.guard import Rejections, frame, wire_codec
 from runtime.messages import (
     Done,
     Hello,
+    HelloReply,
     Notification,
     PublishReply,
     PublishRequest,
@@ -34,8 +35,22 @@ from runtime.messages import (
     UnsubscribeRequest,
 )
 
-if TYPE_CHECKING:
-    from runtime.peer import PeerRuntime
+
+class PeerApi(Protocol):
+    """What a client session needs of its peer (``runtime.peer.PeerRuntime``): the service is
+    written against this, so it does not import the peer that imports it."""
+
+    rejections: Rejections
+    schemas: SchemaRegistry
+
+    def hello_reply(self) -> HelloReply: ...
+    def subscribe(self, sub: Subscription, owner: Owner) -> int: ...
+    def unsubscribe(self, sid: int) -> None: ...
+    def forget(self, sid: int) -> None: ...
+    def publish(self, schema: str, values: dict[str, float | None]) -> int: ...
+    def status(self) -> dict[str, Any]: ...
+    def subscription(self, sid: int) -> Subscription | None: ...
+
 
 log = logging.getLogger("rangecast.service")
 
@@ -54,7 +69,7 @@ class Owner:
 
 
 class ClientSession(Owner):
-    def __init__(self, peer: PeerRuntime, stream: trio.SocketStream) -> None:
+    def __init__(self, peer: PeerApi, stream: trio.SocketStream) -> None:
         self.peer = peer
         self.stream = stream
         self.tx, self.rx = trio.open_memory_channel[bytes](CLIENT_QUEUE)
@@ -152,7 +167,7 @@ class ClientSession(Owner):
         if req is None:
             return  # a modify's re-install; the client already knows this sid
         self.sids[sid] = None
-        sub = self.peer.core.overlay.subscriptions().get(sid) if self.peer.core else None
+        sub = self.peer.subscription(sid)
         attrs = self._attrs.get(sub.schema, []) if sub is not None else []
         self._out(SubscribeReply(req, sid, attrs))
 

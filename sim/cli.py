@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dht.errors import RangecastError
-from sim.options import finite_float, missing_value, non_negative_float, positive_float
+from sim.options import (
+    add_out_option,
+    finite_float,
+    missing_value,
+    non_negative_float,
+    positive_float,
+)
+from sim.outputs import emit_result
+from sim.progress import progress_for
 
 if TYPE_CHECKING:
-    from sim.progress import Progress
+    pass
 
 
 def _route(args: argparse.Namespace) -> int:
@@ -37,11 +44,11 @@ def _route(args: argparse.Namespace) -> int:
     )
     result = run_route(
         params,
-        progress=_progress(args, "route"),
+        progress=progress_for(args, "route"),
         out=args.out,
         force=args.force,
     )
-    _emit(result, args.json, _print_route_summary)
+    emit_result(result, args.json, _print_route_summary)
     return 0
 
 
@@ -74,11 +81,11 @@ def _thesis(args: argparse.Namespace) -> int:
     )
     result = run_thesis(
         params,
-        progress=_progress(args, "thesis"),
+        progress=progress_for(args, "thesis"),
         out=args.out,
         force=args.force,
     )
-    _emit(result, args.json, _print_thesis_summary)
+    emit_result(result, args.json, _print_thesis_summary)
     return 0 if result["missed"] == result["duplicates"] == result["false_positives"] == 0 else 1
 
 
@@ -101,8 +108,8 @@ def _churn(args: argparse.Namespace) -> int:
         lookup=args.lookup,
         root_cache=args.root_cache,
     )
-    result = run_churn(params, progress=_progress(args, "churn"), out=args.out, force=args.force)
-    _emit(result, args.json, _print_churn_summary)
+    result = run_churn(params, progress=progress_for(args, "churn"), out=args.out, force=args.force)
+    emit_result(result, args.json, _print_churn_summary)
     bad = result["subscriptions_lost"] + result["duplicates"] + result["false_positives"]
     return 0 if bad == 0 else 1
 
@@ -230,22 +237,6 @@ def _add_dht(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _emit(result: dict[str, Any], as_json: bool, summary: Callable[[dict[str, Any]], None]) -> None:
-    """One JSON object on stdout, or the readable summary."""
-    if as_json:
-        print(json.dumps(result, sort_keys=True))
-    else:
-        summary(result)
-
-
-def _progress(args: argparse.Namespace, label: str) -> Progress | None:
-    """Progress on stderr: bars with an ETA on a terminal, a few plain notes otherwise, nothing
-    under ``--quiet`` (docs/simulator.md)."""
-    from sim.progress import Progress
-
-    return None if args.quiet else Progress(label)
-
-
 def _dht_name(r: dict[str, Any]) -> str:
     from dht.substrate import SUBSTRATES
 
@@ -292,18 +283,6 @@ def _version() -> str:
         return version("rangecast")
     except PackageNotFoundError:
         return "unknown"
-
-
-def _add_out(parser: argparse.ArgumentParser, *, for_report: bool = True) -> None:
-    parser.add_argument(
-        "--out",
-        metavar="DIR",
-        help="write the run log (Parquet, docs/run-logs.md) into DIR"
-        + (" for 'rangecast report'" if for_report else ""),
-    )
-    parser.add_argument(
-        "--force", action="store_true", help="replace a run log already in the --out DIR"
-    )
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -399,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
         "no --fail, no --loss)",
     )
     _add_dht(route)
-    _add_out(route)
+    add_out_option(route)
     route.add_argument("--json", action="store_true", help="print one JSON object")
     route.add_argument("--quiet", action="store_true", help="no progress on stderr")
     route.set_defaults(func=_route)
@@ -481,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the subscribers' ids, or down an LBDD tree in which subscribers relay",
     )
     _add_dht(thesis)
-    _add_out(thesis)
+    add_out_option(thesis)
     thesis.add_argument("--json", action="store_true", help="print one JSON object")
     thesis.add_argument("--quiet", action="store_true", help="no progress on stderr")
     thesis.set_defaults(func=_thesis)
@@ -532,7 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     churn.add_argument("--latency", default="synthetic", help="'synthetic', 'planetlab' or a path")
     _add_dht(churn)
-    _add_out(churn, for_report=False)
+    add_out_option(churn, for_report=False)
     churn.add_argument("--json", action="store_true", help="print one JSON object")
     churn.add_argument("--quiet", action="store_true", help="no progress on stderr")
     churn.set_defaults(func=_churn)

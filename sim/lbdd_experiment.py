@@ -47,9 +47,10 @@ from multicast.topic import PublicationComplete, SliceDelivered, TopicConfig, To
 from sim import runlog
 from sim.engine import PORT, Simulator
 from sim.latency import LatencyModel, latency_model
-from sim.options import finite_float, positive_float, require_finite
+from sim.options import add_out_option, finite_float, positive_float, require_finite
+from sim.outputs import emit_result
 from sim.overlay import PastryOverlay
-from sim.progress import Progress, as_progress
+from sim.progress import Progress, as_progress, progress_for
 from sim.streams import stream
 
 TOPIC = "lbdd"
@@ -518,8 +519,6 @@ def run_lbdd(
 
 
 def _lbdd_cmd(args: argparse.Namespace) -> int:
-    from sim.cli import _emit, _progress
-
     params = LbddParams(
         subscribers=args.subscribers,
         seed=args.seed,
@@ -534,11 +533,11 @@ def _lbdd_cmd(args: argparse.Namespace) -> int:
     )
     result = run_lbdd(
         params,
-        progress=_progress(args, "lbdd"),
+        progress=progress_for(args, "lbdd"),
         out=args.out,
         force=args.force,
     )
-    _emit(result, args.json, _print_summary)
+    emit_result(result, args.json, _print_summary)
     return 0 if result["ok"] else 1
 
 
@@ -613,9 +612,7 @@ def add_lbdd_parser(sims: argparse._SubParsersAction) -> None:  # type: ignore[t
     )
     p.add_argument("--window", type=int, default=64, help="slices a node may have unacknowledged")
     p.add_argument("--no-p2p", action="store_true", help="skip the point-to-point baseline")
-    from sim.cli import _add_out
-
-    _add_out(p)
+    add_out_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_lbdd_cmd)

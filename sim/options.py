@@ -76,3 +76,16 @@ def require_finite(values: dict[str, float | None]) -> None:
             continue
         if not math.isfinite(value):
             raise LocalProtocolError(f"{option} must be a finite number, got {value!r}")
+
+
+def add_out_option(parser: argparse.ArgumentParser, *, for_report: bool = True) -> None:
+    """``--out DIR`` (the run log) and ``--force`` (replace one already there)."""
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write the run log (Parquet, docs/run-logs.md) into DIR"
+        + (" for 'rangecast report'" if for_report else ""),
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace a run log already in the --out DIR"
+    )

@@ -14,13 +14,13 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import sim.report.paper as paper
 from dht.substrate import SUBSTRATES
 from sim.outputs import ensure_writable_dir
-from sim.report import paper
+from sim.report.model import Figure, Report, Row, Table
 from sim.report.session import DEFAULT_MASTER, ReportError
 from sim.report.spark_job import (
     LATENCY_BIN_MS,
@@ -43,78 +43,6 @@ ALIASES = {
     "delivery": ("delivery", "overlay.delivery"),
     "lb": ("lb", "overlay.load_balancing"),
 }
-
-
-@dataclass
-class Row:
-    """One line of a comparison table: the paper's value, ours, and their ratio."""
-
-    figure: str
-    quantity: str
-    paper: float | None
-    ours: float | None
-    unit: str
-    latency_model: str = ""
-    source: str = ""
-    #: Latencies: both sides divided by their mean RTT (thesis: King's).
-    paper_rtt: float | None = None
-    ours_rtt: float | None = None
-    approx: bool = False
-    paper_text: str = ""
-
-    @property
-    def ratio(self) -> float | None:
-        if self.paper in (None, 0) or self.ours is None:
-            return None
-        return self.ours / self.paper
-
-    @property
-    def ratio_rtt(self) -> float | None:
-        if self.paper_rtt in (None, 0) or self.ours_rtt is None:
-            return None
-        return self.ours_rtt / self.paper_rtt
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "figure": self.figure,
-            "quantity": self.quantity,
-            "paper": self.paper,
-            "paper_text": self.paper_text or None,
-            "ours": self.ours,
-            "ratio": self.ratio,
-            "unit": self.unit,
-            "latency_model": self.latency_model,
-            "paper_rtt": self.paper_rtt,
-            "ours_rtt": self.ours_rtt,
-            "ratio_rtt": self.ratio_rtt,
-            "approx": self.approx,
-            "source": self.source,
-        }
-
-
-@dataclass
-class Table:
-    title: str
-    rows: list[Row]
-    note: str = ""
-
-
-@dataclass
-class Figure:
-    figure: str
-    title: str
-    path: Path
-    dirs: list[str]
-    caption: str = ""
-    #: What the axes show, read back from matplotlib (``plots.figure_data``).
-    data: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class Report:
-    runs: list[RunFigures]
-    tables: list[Table] = field(default_factory=list)
-    figures: list[Figure] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------ entry point
@@ -253,7 +181,7 @@ def render(
     if html is not None:
         from sim.report.html_page import write_html
 
-        html_path = write_html(report, html, spark_info)
+        html_path = write_html(report, html, spark_info, run_columns(report.runs))
     return report, html_path
 
 
@@ -491,7 +419,7 @@ def _add(
 
 
 def _run_figures(report: Report, out: Path) -> None:
-    from sim.report import plots
+    import sim.report.plots as plots
 
     for f in _thesis(report):
         first = len(report.figures)
@@ -625,7 +553,7 @@ def _run_figures(report: Report, out: Path) -> None:
 def _pairs(report: Report, out: Path, param: str, values: tuple[Any, Any]) -> None:
     """Figures 4.5/4.6 (``probe``) or 4.7/4.8 (``lb``) for each pair of runs differing in it
     and in nothing else (the seed included)."""
-    from sim.report import plots
+    import sim.report.plots as plots
 
     groups: dict[tuple[Any, ...], dict[Any, RunFigures]] = defaultdict(dict)
     for f in _thesis(report):
@@ -861,7 +789,7 @@ def _pairs(report: Report, out: Path, param: str, values: tuple[Any, Any]) -> No
 def _scaling(report: Report, out: Path) -> None:
     """Figures 4.9/4.10: one line per setting (everything but the size and the seed), one
     point per size; only runs of one setting and one size (several seeds) are averaged."""
-    from sim.report import plots
+    import sim.report.plots as plots
 
     runs = _thesis(report)
     lines: dict[tuple[Any, ...], dict[int, list[RunFigures]]] = defaultdict(

@@ -12,13 +12,11 @@ import os
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sim.report import paper
+import sim.report.paper as paper
+from sim.report.model import Report, Row
 from sim.report.spark_job import flatten
-
-if TYPE_CHECKING:
-    from sim.report.build import Report, Row
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1300px; color: #222; }
@@ -79,10 +77,7 @@ def _row(r: Row) -> str:
 _WRAP = ("substrate", "other settings")
 
 
-def _runs_table(report: Report) -> str:
-    from sim.report.build import run_columns
-
-    columns = run_columns(report.runs)
+def _runs_table(report: Report, columns: list[dict[str, str]]) -> str:
     names = list(columns[0]) if columns else []
     rows = []
     for f, cells in zip(report.runs, columns, strict=True):
@@ -134,7 +129,9 @@ def _leaf_count(recomputed: dict[str, Any], summary: dict[str, Any]) -> list[str
     return shared
 
 
-def write_html(report: Report, path: Path, spark: dict[str, Any]) -> Path:
+def write_html(
+    report: Report, path: Path, spark: dict[str, Any], columns: list[dict[str, str]]
+) -> Path:
     """Write the page to ``path``; return it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     base = path.parent.resolve()
@@ -150,7 +147,7 @@ def write_html(report: Report, path: Path, spark: dict[str, Any]) -> Path:
         "rows with Spark DataFrames (nearest-rank percentiles), and checked against the "
         "summary each run printed.</p>",
         "<h2>Runs</h2>",
-        _runs_table(report),
+        _runs_table(report, columns),
         "<h2>Against the papers</h2>",
         "<p class=note>Thesis: W. Li, UBC 2008, Chapter 4 (FreePastry simulator, King latency "
         f"data, mean RTT {paper.THESIS_MEAN_RTT_MS:g} ms; message sizes are Java object "

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import sim.sweep.table as table
 from dht.errors import LocalProtocolError
 from sim.outputs import ensure_writable_dir
-from sim.sweep import table
 from sim.sweep.plan import Plan, load_plan, shipped_plans
 from sim.sweep.runs import Progress, run_dir, run_local
 
@@ -147,7 +147,7 @@ def _build_report(
     if not run_dirs:
         return "no run finished, so there is nothing to report"
     try:
-        from sim.report import build_report
+        from sim.report.build import build_report
     except ImportError as exc:
         return f"sim.report is not available ({exc})"
     progress.say(f"building the report over {len(run_dirs)} runs")

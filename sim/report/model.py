@@ -1,0 +1,82 @@
+"""The report's data: comparison rows and tables, figures, and the report that holds them
+(built by ``sim.report.build``, shown by ``sim.report.html_page``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.report.spark_job import RunFigures
+
+
+@dataclass
+class Row:
+    """One line of a comparison table: the paper's value, ours, and their ratio."""
+
+    figure: str
+    quantity: str
+    paper: float | None
+    ours: float | None
+    unit: str
+    latency_model: str = ""
+    source: str = ""
+    #: Latencies: both sides divided by their mean RTT (thesis: King's).
+    paper_rtt: float | None = None
+    ours_rtt: float | None = None
+    approx: bool = False
+    paper_text: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.paper in (None, 0) or self.ours is None:
+            return None
+        return self.ours / self.paper
+
+    @property
+    def ratio_rtt(self) -> float | None:
+        if self.paper_rtt in (None, 0) or self.ours_rtt is None:
+            return None
+        return self.ours_rtt / self.paper_rtt
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "figure": self.figure,
+            "quantity": self.quantity,
+            "paper": self.paper,
+            "paper_text": self.paper_text or None,
+            "ours": self.ours,
+            "ratio": self.ratio,
+            "unit": self.unit,
+            "latency_model": self.latency_model,
+            "paper_rtt": self.paper_rtt,
+            "ours_rtt": self.ours_rtt,
+            "ratio_rtt": self.ratio_rtt,
+            "approx": self.approx,
+            "source": self.source,
+        }
+
+
+@dataclass
+class Table:
+    title: str
+    rows: list[Row]
+    note: str = ""
+
+
+@dataclass
+class Figure:
+    figure: str
+    title: str
+    path: Path
+    dirs: list[str]
+    caption: str = ""
+    #: What the axes show, read back from matplotlib (``plots.figure_data``).
+    data: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    runs: list[RunFigures]
+    tables: list[Table] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
