@@ -37,7 +37,7 @@ from sim.options import require_finite
 from sim.overlay import ROOT_CACHE, PastryOverlay, dht_config, dht_fields
 from sim.progress import Progress, as_progress
 from sim.streams import stream
-from sim.thesis_experiment import Oracle
+from sim.thesis_experiment import MatchOracle
 from sim.workload import THESIS_WORKLOAD, Workload
 
 REPLICA_KINDS = ("ReplicaPut", "ReplicaOp", "ReplicaDrop")
@@ -264,7 +264,7 @@ def run_churn(
     # ---- events
     pub_rng = stream(seed, "events")
     live_subs = [j for j, (i, _) in enumerate(owners) if i not in crashed]
-    oracle = Oracle(schema, [subs[j] for j in live_subs])
+    oracle = MatchOracle(schema, [subs[j] for j in live_subs])
     expected: dict[int, list[tuple[int, int]]] = {}
 
     def do_publish(values: tuple[float | None, ...], i: int) -> None:
@@ -508,7 +508,7 @@ def run_continuous(
     installed_at = {index[o]: at for o, at in got.installed.items() if o in index}
     want_total = hit = false_pos = 0
     inf = math.inf
-    oracle = Oracle(schema, subs)
+    oracle = MatchOracle(schema, subs)
     for eid, at, values in published:
         have = got.received.get(eid, set())
         want: set[tuple[int, int]] = set()

@@ -286,9 +286,9 @@ class PastryOverlay:
 
     # ------------------------------------------------------------------------------- oracle
 
-    def oracle(self) -> Oracle:
+    def oracle(self) -> RootOracle:
         members = [(self.peers[i].id, i) for i in self.live()]
-        return Oracle(self.space, members, xor=self.substrate.xor_metric)
+        return RootOracle(self.space, members, xor=self.substrate.xor_metric)
 
     def oracle_leaf_sets(self) -> dict[int, tuple[list[int], list[int]]]:
         """For every live node: its (left, right) leaf ids as a perfect overlay would have."""
@@ -510,7 +510,7 @@ class _PnsTables:
         return rows
 
 
-class Oracle:
+class RootOracle:
     """Brute-force knowledge of the live membership."""
 
     def __init__(self, space: IdSpace, members: list[tuple[int, int]], xor: bool = False) -> None:

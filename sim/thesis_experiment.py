@@ -160,7 +160,7 @@ def thesis_comparison(params: ThesisParams, subscriptions: int, events: int) -> 
     return {"applies": not diffs, "differences": diffs}
 
 
-class Oracle:
+class MatchOracle:
     """Brute force: which subscriptions match an event. Independent of the overlay.
 
     Subscriptions are columns of bound arrays, one row per attribute; an event is one
@@ -575,7 +575,7 @@ def run_thesis(
 
     # ---- stage 2: events
     mark = time.perf_counter()
-    oracle = Oracle(schema, subs)
+    oracle = MatchOracle(schema, subs)
     pub_rng = stream(seed, "events")
     if csv is not None:
         event_values = csv.events[: params.events]

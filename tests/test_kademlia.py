@@ -21,7 +21,7 @@ from dht.messages import FindNode, FoundNodes
 from dht.node import Application, State
 from dht.routing import Peer
 from dht.wire import Handle, codec
-from sim.overlay import Oracle, dht_config
+from sim.overlay import RootOracle, dht_config
 from sim.route_experiment import WALL_FIELDS, RouteParams, run_route
 from sim.thesis_experiment import ThesisParams, run_thesis
 
@@ -73,7 +73,7 @@ def test_a_full_bucket_keeps_k_and_promotes_a_replacement_when_one_goes(
 @given(members=st.sets(ids32, min_size=1, max_size=50), key=ids32)
 @settings(max_examples=300, deadline=None)
 def test_the_xor_oracle_finds_the_xor_closest_member(members: set[int], key: int) -> None:
-    oracle = Oracle(SPACE, [(m, m) for m in members], xor=True)
+    oracle = RootOracle(SPACE, [(m, m) for m in members], xor=True)
     assert oracle.root(key) == min(members, key=lambda m: m ^ key)
 
 

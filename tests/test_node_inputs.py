@@ -35,7 +35,7 @@ from dht.wire import Handle, Message, WireError, codec, decode, encode, register
 from sim import cli
 from sim.engine import Simulator
 from sim.latency import SyntheticLatency
-from sim.overlay import Oracle, PastryOverlay
+from sim.overlay import PastryOverlay, RootOracle
 from sim.route_experiment import WALL_FIELDS, RouteParams, run_route
 from sim.streams import stream
 
@@ -163,7 +163,7 @@ def test_simulator_and_overlay_misuse_raises() -> None:
     with pytest.raises(LocalProtocolError, match="fraction"):
         overlay.crash_fraction(1.0, random.Random(0))
     with pytest.raises(LocalProtocolError):
-        Oracle(DEFAULT_SPACE, [])
+        RootOracle(DEFAULT_SPACE, [])
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ Small overlays with small capacities make the attribute trees split a lot, so a 
 subscriptions exercise deep trees, leaf tables, parked probes and jump-ups. Every run checks the
 distributed 2d-tree from outside (``overlay_harness.Net.check_tree``), the stored pieces against
 what the subscribers asked for, and every delivery against a brute-force oracle (the numpy
-``Oracle`` of the thesis experiment): zero missed, zero duplicates, zero false positives."""
+``MatchOracle`` of the thesis experiment): zero missed, zero duplicates, zero false positives."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pubsub.node import OverlayConfig
 from pubsub.schema import THESIS_SCHEMA, Schema
 from pubsub.subscription import Subscription, parse_subscription, where
 from sim.streams import stream
-from sim.thesis_experiment import Oracle
+from sim.thesis_experiment import MatchOracle
 from sim.workload import THESIS_WORKLOAD, Workload
 
 _BASE_EXAMPLES = settings().max_examples
@@ -80,7 +80,7 @@ def publish_all(
 ) -> list[Published]:
     """Publish ``events`` from random peers, then settle; expectations from the numpy oracle."""
     keys = list(active)
-    oracle = Oracle(net.schema, [active[k] for k in keys])
+    oracle = MatchOracle(net.schema, [active[k] for k in keys])
     out: list[Published] = []
     t = net.sim.now
 

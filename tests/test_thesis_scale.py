@@ -20,7 +20,7 @@ from pubsub.schema import THESIS_SCHEMA
 from pubsub.subscription import Range, Subscription
 from sim import runlog
 from sim.percentiles import ordered_sum
-from sim.thesis_experiment import Oracle, ThesisParams, _Deliveries, _summary, run_thesis
+from sim.thesis_experiment import MatchOracle, ThesisParams, _Deliveries, _summary, run_thesis
 from sim.workload import THESIS_WORKLOAD, Workload
 
 # ------------------------------------------------------------------------------------ oracle
@@ -67,7 +67,7 @@ def test_oracle_equals_brute_force(
     work: tuple[list[Subscription], list[tuple[float | None, ...]]], partial: str
 ) -> None:
     subs, events = work
-    oracle = Oracle(THESIS_SCHEMA.with_partial(partial), subs)
+    oracle = MatchOracle(THESIS_SCHEMA.with_partial(partial), subs)
     for values in events:
         want = [j for j, s in enumerate(subs) if s.matches(values, partial)]
         assert oracle.matches(values).tolist() == want
