@@ -23,12 +23,14 @@ real network.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,6 +42,24 @@ from sim.latency import LatencyModel
 _MSG, _TIMER, _CALL = 0, 1, 2
 _INF = math.inf
 PORT = b"\x0f\xa0"  # every simulated host listens on port 4000
+
+
+@contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Run a simulation with Python's cyclic garbage collector off.
+
+    A run builds millions of long-lived objects (nodes, routing tables, tree state) and then
+    mostly short-lived acyclic ones (messages, events), which reference counting frees. The
+    cyclic collector would rescan the ever larger long-lived heap to find nothing: a quarter of
+    the bootstrap at 10^5 route nodes, ~30 % of a 20,000-node thesis run (none at 5,000 nodes,
+    where RSS is the same either way, so nothing cyclic piles up)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class Core(Protocol):

@@ -11,7 +11,6 @@ call to the delivery upcall.
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 from array import array
@@ -24,7 +23,7 @@ from dht.errors import LocalProtocolError
 from dht.node import Application
 from dht.routing import Peer
 from sim import runlog
-from sim.engine import Simulator
+from sim.engine import Simulator, cyclic_gc_paused
 from sim.latency import latency_model
 from sim.options import require_finite
 from sim.overlay import ROOT_CACHE, PastryOverlay, dht_config, dht_fields
@@ -132,17 +131,8 @@ def run_route(
 ) -> dict[str, Any]:
     """Run the lookups; with ``out``, also write the run log there (docs/run-logs.md)."""
     params.check()
-    # The run builds millions of long-lived objects (nodes, tables, peers) and then only
-    # short-lived, acyclic ones (messages, events, freed by reference counting). The cyclic
-    # collector would rescan the long-lived heap again and again as it grows, a quarter of the
-    # bootstrap's time at 10^5 nodes, to find nothing: it is off for the run.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with cyclic_gc_paused():
         return _run_route(params, progress, out, force=force)
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _run_route(

@@ -47,7 +47,7 @@ from pubsub.peer import OverlayPeer
 from pubsub.schema import THESIS_SCHEMA, Schema, SchemaRegistry
 from pubsub.subscription import Subscription
 from sim import runlog
-from sim.engine import Simulator
+from sim.engine import Simulator, cyclic_gc_paused
 from sim.latency import latency_model
 from sim.options import require_finite
 from sim.overlay import ROOT_CACHE, PastryOverlay, dht_config, dht_fields
@@ -475,6 +475,18 @@ def run_thesis(
     """Run the experiment; with ``out``, also write its run log there (docs/run-logs.md).
     ``inspect`` is called once the events have been delivered, before the oracle check, with
     the run's live state by name (``bench/memory.py`` measures where the memory goes)."""
+    with cyclic_gc_paused():
+        return _run_thesis(params, progress, out, force=force, inspect=inspect)
+
+
+def _run_thesis(
+    params: ThesisParams,
+    progress: Callable[[str], None] | None,
+    out: Path | str | None,
+    *,
+    force: bool,
+    inspect: Callable[[dict[str, Any]], None] | None,
+) -> dict[str, Any]:
     params.check()
     out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
     wall0 = time.perf_counter()
