@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
-from dht.core import DhtCore, State
+from dht.core import DhtCore, DropStats, State
 from dht.errors import LocalProtocolError
 from dht.timers import TimerHeap
 from dht.wire import Codec, Message
@@ -81,11 +81,10 @@ class TopicConfig:
 
 
 @dataclass(slots=True)
-class TopicStats:
-    """The node's counters, one set for all its parts."""
+class TopicStats(DropStats):
+    """The node's counters, one set for all its parts (``malformed``, ``dropped`` and
+    ``drop(reason)`` are every core's, from ``DropStats``)."""
 
-    malformed: int = 0
-    dropped: int = 0
     slices_received: int = 0
     #: Slices that arrived again (in flight from an old parent when the tree changed).
     duplicates: int = 0
@@ -93,11 +92,6 @@ class TopicStats:
     pulls_sent: int = 0
     stops_sent: int = 0
     pushes: int = 0
-    by_reason: dict[str, int] = field(default_factory=dict)
-
-    def drop(self, reason: str) -> None:
-        self.dropped += 1
-        self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
 
 
 def topic_key(node: DhtCore, topic: str) -> int:
