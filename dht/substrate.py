@@ -41,6 +41,7 @@ class SubstrateSpec(ABC):
     #: Its name in prose (summaries, reports).
     title: ClassVar[str]
     config_type: ClassVar[type[PastryConfig] | type[KademliaConfig]]
+    node_type: ClassVar[type[PastryNode] | type[KademliaNode]]
     #: Whether ``lookup`` (iterative | recursive) and the root cache mean anything.
     has_lookup: ClassVar[bool]
     #: Whether a key's root is the XOR-closest node (else the numerically closest on the ring).
@@ -55,7 +56,6 @@ class SubstrateSpec(ABC):
     ) -> DhtConfig:
         """Its configuration, with ``overrides`` of fields every substrate has."""
 
-    @abstractmethod
     def node(
         self,
         ident: int,
@@ -67,6 +67,12 @@ class SubstrateSpec(ABC):
         app: Application | None,
     ) -> DhtNode:
         """A node (``config``: an instance of ``config_type``, or None for the defaults)."""
+        if config is not None and not isinstance(config, self.config_type):
+            raise LocalProtocolError(
+                f"a {self.title} node needs a {self.config_type.__name__}, got {config!r}"
+            )
+        # node_type and config_type are a pair in each subclass, which mypy cannot relate.
+        return self.node_type(ident, addr, rng, config=config, proximity=proximity, app=app)  # type: ignore[arg-type]
 
     @abstractmethod
     def expected_neighbours(self, ids: Sequence[int], own: int, config: Any) -> list[int]:
@@ -89,6 +95,7 @@ class PastrySpec(SubstrateSpec):
     name = "pastry"
     title = "Pastry"
     config_type = PastryConfig
+    node_type = PastryNode
     has_lookup = False
     xor_metric = False
     kademlia_ids = False
@@ -99,20 +106,6 @@ class PastrySpec(SubstrateSpec):
         if lookup != "iterative":
             raise LocalProtocolError("--lookup applies to --dht kademlia only")
         return PastryConfig(**overrides)
-
-    def node(
-        self,
-        ident: int,
-        addr: bytes,
-        rng: random.Random,
-        *,
-        config: Any,
-        proximity: Proximity | None,
-        app: Application | None,
-    ) -> PastryNode:
-        if config is not None and not isinstance(config, PastryConfig):
-            raise LocalProtocolError(f"a Pastry node needs a PastryConfig, got {config!r}")
-        return PastryNode(ident, addr, rng, config=config, proximity=proximity, app=app)
 
     def expected_neighbours(self, ids: Sequence[int], own: int, config: Any) -> list[int]:
         """The ``leaf_set_size / 2`` ring neighbours on each side: right ones, then left ones."""
@@ -133,6 +126,7 @@ class KademliaSpec(SubstrateSpec):
     name = "kademlia"
     title = "Kademlia"
     config_type = KademliaConfig
+    node_type = KademliaNode
     has_lookup = True
     xor_metric = True
     kademlia_ids = True
@@ -141,20 +135,6 @@ class KademliaSpec(SubstrateSpec):
         self, *, lookup: str = "iterative", root_cache: int = ROOT_CACHE, **overrides: Any
     ) -> KademliaConfig:
         return KademliaConfig(lookup=lookup, root_cache=root_cache, **overrides)
-
-    def node(
-        self,
-        ident: int,
-        addr: bytes,
-        rng: random.Random,
-        *,
-        config: Any,
-        proximity: Proximity | None,
-        app: Application | None,
-    ) -> KademliaNode:
-        if config is not None and not isinstance(config, KademliaConfig):
-            raise LocalProtocolError(f"a Kademlia node needs a KademliaConfig, got {config!r}")
-        return KademliaNode(ident, addr, rng, config=config, proximity=proximity, app=app)
 
     def expected_neighbours(self, ids: Sequence[int], own: int, config: Any) -> list[int]:
         """The ``siblings`` XOR-closest members, closest first."""

@@ -67,16 +67,22 @@ log = logging.getLogger("rangecast.pubsub")
 ByOwner = dict[bytes, list[StoredSub]]
 
 
-# ------------------------------------------------------------------------------------ probes
-
-
-class UnicastProbes:
-    """One ``ProbePub`` per target, routed by the DHT."""
+class _Strategy:
+    """A probe or notification strategy of one node: stateless but for the node it serves."""
 
     __slots__ = ("node",)
 
     def __init__(self, node: NodeBase) -> None:
         self.node = node
+
+
+# ------------------------------------------------------------------------------------ probes
+
+
+class UnicastProbes(_Strategy):
+    """One ``ProbePub`` per target, routed by the DHT."""
+
+    __slots__ = ()
 
     def out(self, event: Event, targets: list[ProbeTarget], hops: int, now: float) -> None:
         node = self.node
@@ -88,13 +94,10 @@ class UnicastProbes:
             node._route(schema, tid, pp, now)
 
 
-class MulticastProbes:
+class MulticastProbes(_Strategy):
     """Targets grouped per next hop; those this peer is root of served here."""
 
-    __slots__ = ("node",)
-
-    def __init__(self, node: NodeBase) -> None:
-        self.node = node
+    __slots__ = ()
 
     def out(self, event: Event, targets: list[ProbeTarget], hops: int, now: float) -> None:
         node = self.node
@@ -159,13 +162,10 @@ def on_probe_multicast(
 # the unicast send is on the path of every match, where a shared helper would cost a call.
 
 
-class UnicastNotifier:
+class UnicastNotifier(_Strategy):
     """One ``EventDelivery`` per matched subscriber."""
 
-    __slots__ = ("node",)
-
-    def __init__(self, node: NodeBase) -> None:
-        self.node = node
+    __slots__ = ()
 
     def notify(self, event: Event, by_owner: ByOwner, now: float) -> None:
         node = self.node
@@ -175,13 +175,10 @@ class UnicastNotifier:
             node._send(owner, EventDelivery(event, [s.sid for s in group]), now)
 
 
-class MulticastNotifier:
+class MulticastNotifier(_Strategy):
     """Several subscribers: grouped per next hop towards their ids."""
 
-    __slots__ = ("node",)
-
-    def __init__(self, node: NodeBase) -> None:
-        self.node = node
+    __slots__ = ()
 
     def notify(self, event: Event, by_owner: ByOwner, now: float) -> None:
         node = self.node
@@ -225,13 +222,13 @@ def on_delivery_multicast(
     notify_multicast(node, msg.event, msg.targets, msg.hops, now)
 
 
-class LbddNotifier:
+class LbddNotifier(_Strategy):
     """Many subscribers: down an LBDD tree in which they relay."""
 
-    __slots__ = ("min_subscribers", "node")
+    __slots__ = ("min_subscribers",)
 
     def __init__(self, node: NodeBase) -> None:
-        self.node = node
+        super().__init__(node)
         self.min_subscribers = node.cfg.lbdd_min_subscribers
 
     def notify(self, event: Event, by_owner: ByOwner, now: float) -> None:

@@ -24,7 +24,7 @@ worst, never a missed one. Storing (which zone holds a point) is exact.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import NamedTuple
@@ -164,11 +164,17 @@ class AttributeSpace:
         """The depth-``depth`` node whose zone holds the point (x, y)."""
         if not (self.min <= x <= self.max and self.min <= y <= self.max):
             raise LocalProtocolError(f"point ({x}, {y}) outside {self.name}'s square")
-        # Descend with the same halving the zones use, so the two can never disagree.
+        nodes = list(self.path(x, y, depth))
+        return nodes[-1] if nodes else self.root
+
+    def path(self, x: float, y: float, depth: int) -> Iterator[TreeId]:
+        """The nodes at depths 1 to ``depth`` whose zones hold the point, top down (for a point
+        outside the square, the path it would take). Descends with the same halving the zones
+        use, so the two can never disagree."""
         tid = self.root
         for _ in range(depth):
             tid = self.child_for(tid, x, y)
-        return tid
+            yield tid
 
     def split_axis_is_x(self, tid: TreeId) -> bool:
         return tid.depth % 2 == 0

@@ -314,37 +314,13 @@ class LeafTable:
         """The deepest row whose zone holds the point.
 
         The zones of one depth partition the square, so the rows holding a point all lie on
-        the point's own path down the tree: walk that path (with the zones' halving, so the
-        two cannot disagree) and keep the deepest row met. That is one dictionary lookup per
+        the point's own path down the tree: walk that path (``AttributeSpace.path``) and keep
+        the deepest row met. That is one dictionary lookup per
         level, where a scan of the rows grew with the tree (an internal node's table lists
         every leaf below it)."""
         rows = self.rows
-        if not rows:
-            return None
-        attr = next(iter(rows)).attr
-        deepest = self.max_depth
-        x_lo = y_lo = space.min
-        x_hi = y_hi = space.max
-        depth = path = 0
         best: TreeId | None = None
-        while depth < deepest:
-            if depth % 2 == 0:
-                mid = (x_lo + x_hi) / 2.0
-                bit = x >= mid
-                if bit:
-                    x_lo = mid
-                else:
-                    x_hi = mid
-            else:
-                mid = (y_lo + y_hi) / 2.0
-                bit = y >= mid
-                if bit:
-                    y_lo = mid
-                else:
-                    y_hi = mid
-            depth += 1
-            path = (path << 1) | bit
-            tid = TreeId(attr, depth, path)
+        for tid in space.path(x, y, self.max_depth):
             if tid in rows:
                 best = tid
         # Outside the square the walk still ends somewhere; no zone holds such a point.

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from dht.errors import LocalProtocolError
 from dht.messages import Direct, Route
-from dht.wire import WIRE_VERSION, Message, codec, registered
+from dht.wire import Message, codec, payload_tag, registered
 from sim.latency import LatencyModel
 
 _MSG, _TIMER, _CALL = 0, 1, 2
@@ -305,9 +305,6 @@ class Simulator:
             tc = self.stats.by_type[name] = TypeCount(name=name, per_node=[0] * len(self.cores))
         return tc
 
-    def _flush(self, i: int) -> None:
-        self._get_flush()(i)
-
     def _get_flush(self) -> Callable[[int], None]:
         fn = self._flush_fn
         if fn is None:
@@ -340,7 +337,6 @@ class Simulator:
         on_events = self._on_events
         armed = self._armed
         route, direct = Route, Direct
-        version = WIRE_VERSION
 
         def flush(i: int) -> None:
             core = cores[i]
@@ -354,14 +350,7 @@ class Simulator:
                     cls = type(msg)
                     kind: Any = cls
                     if cls is route or cls is direct:
-                        # The payload's tag, read off the frame (``dht.wire.payload_tag``).
-                        p = msg.payload  # type: ignore[attr-defined,union-attr]
-                        if len(p) > 2 and p[0] == version and 0x90 <= p[1] <= 0x9F:
-                            tag = p[2]
-                            if tag < 0x80:
-                                kind = tag
-                            elif tag == 0xCC and len(p) > 3:
-                                kind = p[3]
+                        kind = payload_tag(msg.payload) or cls  # type: ignore[attr-defined,union-attr]
                     tc = type_counts.get(kind)
                     if tc is None:
                         tc = type_counts[kind] = new_count(kind)
