@@ -17,9 +17,9 @@ process whose working directory and first ``sys.path`` entry are its tree, so th
 the child checks, after the run, that every module of those packages it loaded came from its
 tree (a run that imported anything from elsewhere fails), and the first run of each tree prints
 where ``sim`` and ``dht`` came from. The old code runs exactly as it was committed. The child
-calls the tree's own CLI (``sim.cli.main``, ``--json --quiet``) or its own
-``bench/runtime_swarm.py --json``; the parent reaps it with ``os.wait4``, so the peak RSS
-(``ru_maxrss``) is that run's alone.
+calls the tree's own CLI (``rangecast.cli.main``; ``sim.cli.main`` in trees from before the
+one namespace; ``--json --quiet``) or its own ``bench/runtime_swarm.py --json``; the parent
+reaps it with ``os.wait4``, so the peak RSS (``ru_maxrss``) is that run's alone.
 
 Per run and tree it reports the wall time of the run (the CLI call in the child, interpreter
 start-up excluded), the child's CPU time (user + system, from the same ``wait4``: on a machine
@@ -127,8 +127,11 @@ class Run:
 
 
 def _cli_knows(tree: Path, option: str) -> bool:
-    cli = tree / "sim" / "cli.py"
-    return cli.is_file() and f'"{option}"' in cli.read_text()
+    """Whether the tree's command line has ``option`` (read from the source: the option itself, or
+    the parameter field it is generated from)."""
+    field = option.removeprefix("--").replace("-", "_")
+    sources = [p for d in ("sim", "cli") if (tree / d).is_dir() for p in (tree / d).glob("*.py")]
+    return any(f'"{option}"' in p.read_text() or f"    {field}:" in p.read_text() for p in sources)
 
 
 _THESIS = ("sim", "run", "thesis", "--seed", "1")
@@ -174,13 +177,15 @@ RUN_NAMES = tuple(r.name for r in RUNS)
 
 # Executed with ``python -c`` in the tree's directory: argv = tree, meta path, kind, command.
 # It must work with any tree's code, so it uses nothing but the standard library and the
-# tree's public entry points (``sim.cli.main``, a bench script run as ``__main__``).
+# tree's public entry points (its CLI's ``main``, a bench script run as ``__main__``).
 _CHILD = r"""
 import json, os, runpy, sys, time
 tree, meta_path, kind = sys.argv[1], sys.argv[2], sys.argv[3]
 command = sys.argv[4:]
 sys.path.insert(0, tree)
 packages = @PACKAGES@
+# Trees from before the one ``rangecast`` namespace import their folders as top-level packages.
+namespaced = os.path.isdir(os.path.join(tree, "rangecast"))
 
 def origin(mod):
     f = getattr(mod, "__file__", None)
@@ -196,18 +201,24 @@ try:
         sys.argv = [os.path.join(tree, command[0]), *command[1:], "--json"]
         runpy.run_path(sys.argv[0], run_name="__main__")
     else:
-        from sim.cli import main
+        if namespaced:
+            from rangecast.cli.main import main
+        else:
+            from sim.cli import main
         rc = main([*command, "--json", "--quiet"])
 except SystemExit as exc:
     rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
 wall = time.perf_counter() - t0
 sys.stdout.flush()
-import dht, sim
+if namespaced:
+    import rangecast.dht as dht, rangecast.sim as sim
+else:
+    import dht, sim
 root = os.path.realpath(tree) + os.sep
 loaded = {
     name: origin(mod)
     for name, mod in list(sys.modules.items())
-    if mod is not None and name.split(".")[0] in packages
+    if mod is not None and name.removeprefix("rangecast.").split(".")[0] in packages
 }
 foreign = sorted(f"{n}: {p}" for n, p in loaded.items() if not p.startswith(root))
 with open(meta_path, "w") as fh:
@@ -728,8 +739,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         head_dir = args.head_dir.resolve()
-        if not (head_dir / "sim" / "cli.py").is_file():
-            raise UsageError(f"{head_dir}: not a Rangecast checkout (no sim/cli.py)")
+        if not (head_dir / "sim" / "engine.py").is_file():
+            raise UsageError(f"{head_dir}: not a Rangecast checkout (no sim/engine.py)")
         base_dir, base_sha = baseline_tree(head_dir, args.base, args.cache_dir.resolve())
     except UsageError as exc:
         print(f"compare.py: {exc}", file=sys.stderr)

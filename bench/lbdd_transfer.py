@@ -33,7 +33,7 @@ PAPER_SUBSCRIBERS = [f"10.3.17.{h}" for h in (97, 234, 90, 98, 64, 61, 184, 72, 
 
 
 def _run(kw: dict[str, Any]) -> dict[str, Any]:
-    from sim.lbdd_experiment import LbddParams, run_lbdd
+    from rangecast.sim.lbdd_experiment import LbddParams, run_lbdd
 
     r = run_lbdd(LbddParams(**kw))
     r.pop("messages_by_type", None)
@@ -174,7 +174,7 @@ def transfer(subscribers: int, data_bytes: int, seeds: int, jobs: int) -> dict[s
 
 
 def paper() -> dict[str, Any]:
-    from multicast.lbdd import build_tree
+    from rangecast.multicast.lbdd import build_tree
 
     out: dict[str, Any] = {}
     for nb in (True, False):

@@ -45,7 +45,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import pubsub.space
+import rangecast.pubsub.space
 
 #: Shared code and metadata, not state: never entered.
 _SKIP = (
@@ -118,7 +118,7 @@ def measure(state: dict[str, Any]) -> dict[str, Any]:
     # Private fields, read only to split the overlay's state (empty if a core lacks them).
     part("overlay_tree", [getattr(o, "nodes", {}) for o in overlays])
     # The spaces' zone caches, shared by every space over the same domain (module-level).
-    shared_zones = getattr(pubsub.space, "_zone_cache_of", None)
+    shared_zones = getattr(rangecast.pubsub.space, "_zone_cache_of", None)
     part("overlay_spaces", [*(getattr(o, "_spaces", {}) for o in overlays), shared_zones])
     part("overlay_own_subs", [getattr(o, "_subs", {}) for o in overlays])
     part("overlay_other", [*overlays, *peers])
@@ -139,7 +139,7 @@ def measure(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def one(nodes: int, events: int, out_log: bool) -> dict[str, Any]:
-    from sim.thesis_experiment import ThesisParams, run_thesis
+    from rangecast.sim.thesis_experiment import ThesisParams, run_thesis
 
     base_kib = _rss_kib()
     got: dict[str, Any] = {}

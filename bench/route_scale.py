@@ -34,15 +34,19 @@ ROOT = Path(__file__).resolve().parent.parent
 OLD = "a5c21ca"
 
 _CHILD = """
-import contextlib, io, json, resource, sys
-import sim
-from sim.cli import main
+import contextlib, io, json, os, resource, sys
+if os.path.isdir(os.path.join(os.environ["PYTHONPATH"], "rangecast")):
+    import rangecast.sim as sim
+    from rangecast.cli.main import main
+else:  # a tree from before the rangecast namespace (the folders were top-level packages)
+    import sim
+    from sim.cli import main
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
     code = main(sys.argv[1:])
 r = json.loads(buf.getvalue())
 r["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-r["sim_package"] = sim.__path__[0]
+r["sim_package"] = os.path.realpath(sim.__path__[0])
 r["exit"] = code
 print(json.dumps(r))
 """

@@ -49,12 +49,18 @@ from typing import Any
 
 import trio
 
-from pubsub.schema import THESIS_SCHEMA
-from pubsub.subscription import Subscription
-from runtime.client import Client, ClientSubscription, ConnectionLost, RequestError, connect
-from runtime.inprocess import start_local_swarm
-from runtime.peer import RUNTIME_KADEMLIA, PeerConfig, PeerRuntime
-from sim.workload import thesis_workload
+from rangecast.pubsub.schema import THESIS_SCHEMA
+from rangecast.pubsub.subscription import Subscription
+from rangecast.runtime.client import (
+    Client,
+    ClientSubscription,
+    ConnectionLost,
+    RequestError,
+    connect,
+)
+from rangecast.runtime.inprocess import start_local_swarm
+from rangecast.runtime.peer import RUNTIME_KADEMLIA, PeerConfig, PeerRuntime
+from rangecast.sim.workload import thesis_workload
 
 NAMES = [a.name for a in THESIS_SCHEMA.attributes]
 EventValues = tuple[float | None, ...]

@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def _child(nodes: int, lookups: int, seed: int, latency: str) -> None:
-    from sim.route_experiment import RouteParams, run_route
+    from rangecast.sim.route_experiment import RouteParams, run_route
 
     r = run_route(RouteParams(nodes=nodes, lookups=lookups, seed=seed, latency=latency))
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

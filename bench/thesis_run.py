@@ -17,7 +17,7 @@ import resource
 import sys
 from pathlib import Path
 
-from sim.thesis_experiment import ThesisParams, run_thesis
+from rangecast.sim.thesis_experiment import ThesisParams, run_thesis
 
 
 def main() -> int:

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
-from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
-from dht.ids import IdSpace
-from dht.messages import Direct, HopAck, JoinRequest, Route
-from dht.routing import Peer
-from dht.timers import TimerHeap
-from dht.wire import Handle, Message, codec
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from rangecast.dht.ids import IdSpace
+from rangecast.dht.messages import Direct, HopAck, JoinRequest, Route
+from rangecast.dht.routing import Peer
+from rangecast.dht.timers import TimerHeap
+from rangecast.dht.wire import Handle, Message, codec
 
 log = logging.getLogger("rangecast.dht")
 

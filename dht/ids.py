@@ -12,7 +12,7 @@ import hashlib
 import random
 from dataclasses import dataclass, field
 
-from dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 
 
 @dataclass(frozen=True, slots=True)

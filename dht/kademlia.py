@@ -59,12 +59,12 @@ from typing import Any
 from kademlia.node import Node, NodeHeap
 from kademlia.routing import KBucket
 
-from dht.core import T_ACK, Application, DhtCore, NodeStats, Proximity, State
-from dht.errors import LocalProtocolError, RemoteProtocolError
-from dht.ids import DEFAULT_SPACE, IdSpace
-from dht.messages import Direct, FindNode, FoundNodes, HopAck, Leave, Ping, Pong, Route
-from dht.routing import Peer
-from dht.wire import Message
+from rangecast.dht.core import T_ACK, Application, DhtCore, NodeStats, Proximity, State
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
+from rangecast.dht.messages import Direct, FindNode, FoundNodes, HopAck, Leave, Ping, Pong, Route
+from rangecast.dht.routing import Peer
+from rangecast.dht.wire import Message
 
 log = logging.getLogger("rangecast.dht.kademlia")
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import msgspec
 
-from dht.wire import U8, U63, Handle, Message, Payload, WireBytes, register
+from rangecast.dht.wire import U8, U63, Handle, Message, Payload, WireBytes, register
 
 #: A routing-table row number, or -1 for "none yet".
 Row = Annotated[int, msgspec.Meta(ge=-1, le=255)]

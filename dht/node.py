@@ -43,10 +43,10 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
-from dht.core import T_ACK, Application, DhtCore, NodeStats, Proximity, State
-from dht.errors import LocalProtocolError, RemoteProtocolError
-from dht.ids import DEFAULT_SPACE, IdSpace
-from dht.messages import (
+from rangecast.dht.core import T_ACK, Application, DhtCore, NodeStats, Proximity, State
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
+from rangecast.dht.messages import (
     Announce,
     Direct,
     HopAck,
@@ -62,8 +62,8 @@ from dht.messages import (
     RowReply,
     RowRequest,
 )
-from dht.routing import LeafSet, Peer, RoutingTable
-from dht.wire import Handle
+from rangecast.dht.routing import LeafSet, Peer, RoutingTable
+from rangecast.dht.wire import Handle
 
 log = logging.getLogger("rangecast.dht")
 

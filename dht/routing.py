@@ -10,8 +10,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 
-from dht.ids import IdSpace
-from dht.wire import Handle
+from rangecast.dht.ids import IdSpace
+from rangecast.dht.wire import Handle
 
 
 class Peer:

@@ -23,10 +23,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from dht.core import Application, Proximity
-from dht.errors import LocalProtocolError
-from dht.kademlia import ROOT_CACHE, KademliaConfig, KademliaNode, expected_siblings
-from dht.node import PastryConfig, PastryNode
+from rangecast.dht.core import Application, Proximity
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.kademlia import ROOT_CACHE, KademliaConfig, KademliaNode, expected_siblings
+from rangecast.dht.node import PastryConfig, PastryNode
 
 #: A substrate's node, and its configuration.
 DhtNode = PastryNode | KademliaNode

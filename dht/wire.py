@@ -33,7 +33,7 @@ from typing import Annotated, Any, ClassVar, Union
 
 import msgspec
 
-from dht.errors import LocalProtocolError, WireError
+from rangecast.dht.errors import LocalProtocolError, WireError
 
 WIRE_VERSION = 1
 #: Largest frame a peer accepts. Big enough for an LBDD data slice (64 KiB) plus headers.

@@ -77,9 +77,9 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from enum import Enum
 
-from multicast.messages import TopicData
-from multicast.rendezvous import Membership
-from multicast.topic_base import PubKey, TopicContext
+from rangecast.multicast.messages import TopicData
+from rangecast.multicast.rendezvous import Membership
+from rangecast.multicast.topic_base import PubKey, TopicContext
 
 
 class FlowState(Enum):

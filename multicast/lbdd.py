@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dht.errors import LocalProtocolError
+from rangecast.dht.errors import LocalProtocolError
 
 DIGEST_BITS = 32
 #: Index of the source in ``LbddTree.parent``.

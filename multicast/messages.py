@@ -20,7 +20,7 @@ from typing import Annotated
 
 import msgspec
 
-from dht.wire import U8, U32, U63, Handle, Message, WireBytes, register
+from rangecast.dht.wire import U8, U32, U63, Handle, Message, WireBytes, register
 
 #: A topic name on the wire.
 TopicName = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]

@@ -33,8 +33,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dht.core import DhtCore
-from dht.routing import Peer
+from rangecast.dht.core import DhtCore
+from rangecast.dht.routing import Peer
 
 #: Hop budget of a multicast message (Pastry needs about log16 N hops per key; a mixed bucket
 #: can add one per prefix digit).

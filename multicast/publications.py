@@ -42,9 +42,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from dht.errors import RemoteProtocolError
-from multicast.flows import HAS_ALL, Publication, PubState, Sender
-from multicast.messages import (
+from rangecast.dht.errors import RemoteProtocolError
+from rangecast.multicast.flows import HAS_ALL, Publication, PubState, Sender
+from rangecast.multicast.messages import (
     MAX_EXTRA,
     MAX_SLICE_BYTES,
     MODES,
@@ -54,9 +54,9 @@ from multicast.messages import (
     TopicPull,
     TopicStop,
 )
-from multicast.rendezvous import Members, Membership
-from multicast.topic_base import PubKey, TopicContext
-from multicast.topic_events import (
+from rangecast.multicast.rendezvous import Members, Membership
+from rangecast.multicast.topic_base import PubKey, TopicContext
+from rangecast.multicast.topic_events import (
     PubInfo,
     PublicationAbandoned,
     PublicationComplete,

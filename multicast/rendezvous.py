@@ -44,11 +44,11 @@ from __future__ import annotations
 
 import math
 
-from dht.core import State
-from dht.errors import LocalProtocolError, RemoteProtocolError
-from dht.routing import Peer
-from multicast.lbdd import SOURCE, build_tree
-from multicast.messages import (
+from rangecast.dht.core import State
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.routing import Peer
+from rangecast.multicast.lbdd import SOURCE, build_tree
+from rangecast.multicast.messages import (
     MAX_MEMBERS,
     MODE_LBDD,
     MODE_STAR,
@@ -61,8 +61,8 @@ from multicast.messages import (
     TopicMembers,
     list_digest,
 )
-from multicast.topic_base import TimerKind, TopicContext, topic_key
-from multicast.topic_events import MembershipChanged
+from rangecast.multicast.topic_base import TimerKind, TopicContext, topic_key
+from rangecast.multicast.topic_events import MembershipChanged
 
 #: (parent, children) of this node in one publication's tree.
 Tree = tuple[bytes | None, tuple[bytes, ...]]

@@ -45,12 +45,12 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dht.core import Application, DhtCore
-from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
-from dht.routing import Peer
-from dht.wire import Message, codec
-from multicast.flows import Sender
-from multicast.messages import (
+from rangecast.dht.core import Application, DhtCore
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from rangecast.dht.routing import Peer
+from rangecast.dht.wire import Message, codec
+from rangecast.multicast.flows import Sender
+from rangecast.multicast.messages import (
     MAX_SLICE_BYTES,
     MAX_SLICES,
     MODE_LBDD,
@@ -68,9 +68,9 @@ from multicast.messages import (
     TopicPull,
     TopicStop,
 )
-from multicast.publications import Publications
-from multicast.rendezvous import Members
-from multicast.topic_base import (
+from rangecast.multicast.publications import Publications
+from rangecast.multicast.rendezvous import Members
+from rangecast.multicast.topic_base import (
     PubKey,
     TimerKind,
     TopicConfig,
@@ -79,7 +79,7 @@ from multicast.topic_base import (
     check_topic,
     topic_key,
 )
-from multicast.topic_events import (
+from rangecast.multicast.topic_events import (
     MembershipChanged,
     PubInfo,
     PublicationAbandoned,

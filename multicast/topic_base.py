@@ -28,12 +28,12 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 
-from dht.core import DhtCore, DropStats, State
-from dht.errors import LocalProtocolError
-from dht.timers import TimerHeap
-from dht.wire import Codec, Message
-from multicast.messages import MAX_SLICE_BYTES
-from multicast.topic_events import TopicEvent
+from rangecast.dht.core import DhtCore, DropStats, State
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.timers import TimerHeap
+from rangecast.dht.wire import Codec, Message
+from rangecast.multicast.messages import MAX_SLICE_BYTES
+from rangecast.multicast.topic_events import TopicEvent
 
 #: A publication: (topic, publisher address, publication id).
 PubKey = tuple[str, bytes, int]

@@ -31,16 +31,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dht.core import DhtCore, DropStats
-from dht.errors import LocalProtocolError, RemoteProtocolError
-from dht.routing import Peer
-from dht.timers import TimerHeap
-from dht.wire import Codec, Handle, Message
-from pubsub.events import AppEvent
-from pubsub.messages import Event, ProbePub, ProbeSub, ProbeTarget, Ref, StoredSub
-from pubsub.schema import Schema, SchemaRegistry
-from pubsub.space import MAX_DEPTH, AttributeSpace, TreeId
-from pubsub.tree import TreeNode
+from rangecast.dht.core import DhtCore, DropStats
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.routing import Peer
+from rangecast.dht.timers import TimerHeap
+from rangecast.dht.wire import Codec, Handle, Message
+from rangecast.pubsub.events import AppEvent
+from rangecast.pubsub.messages import Event, ProbePub, ProbeSub, ProbeTarget, Ref, StoredSub
+from rangecast.pubsub.schema import Schema, SchemaRegistry
+from rangecast.pubsub.space import MAX_DEPTH, AttributeSpace, TreeId
+from rangecast.pubsub.tree import TreeNode
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,14 +39,14 @@ from __future__ import annotations
 
 import logging
 
-from dht.errors import RemoteProtocolError
-from dht.routing import Peer
-from dht.wire import Handle
-from multicast.lbdd import build_tree
-from multicast.prefix import MAX_HOPS as MULTICAST_MAX_HOPS
-from multicast.prefix import split as split_keys
-from pubsub.base import NodeBase
-from pubsub.messages import (
+from rangecast.dht.errors import RemoteProtocolError
+from rangecast.dht.routing import Peer
+from rangecast.dht.wire import Handle
+from rangecast.multicast.lbdd import build_tree
+from rangecast.multicast.prefix import MAX_HOPS as MULTICAST_MAX_HOPS
+from rangecast.multicast.prefix import split as split_keys
+from rangecast.pubsub.base import NodeBase
+from rangecast.pubsub.messages import (
     DeliveryMulticast,
     Event,
     EventDelivery,
@@ -59,7 +59,7 @@ from pubsub.messages import (
     Relay,
     StoredSub,
 )
-from pubsub.space import MAX_DEPTH, TreeId
+from rangecast.pubsub.space import MAX_DEPTH, TreeId
 
 log = logging.getLogger("rangecast.pubsub")
 

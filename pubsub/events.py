@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import msgspec
 
-from pubsub.messages import Event
-from pubsub.space import TreeId
+from rangecast.pubsub.messages import Event
+from rangecast.pubsub.space import TreeId
 
 
 class SubscriptionInstalled(msgspec.Struct, frozen=True, gc=False):

@@ -37,12 +37,12 @@ import logging
 import math
 from typing import Any
 
-from dht.errors import RemoteProtocolError
-from dht.routing import Peer
-from dht.wire import Handle, Message
-from pubsub.base import T_PARK, NodeBase, NodeKey
-from pubsub.events import PieceStored
-from pubsub.messages import (
+from rangecast.dht.errors import RemoteProtocolError
+from rangecast.dht.routing import Peer
+from rangecast.dht.wire import Handle, Message
+from rangecast.pubsub.base import T_PARK, NodeBase, NodeKey
+from rangecast.pubsub.events import PieceStored
+from rangecast.pubsub.messages import (
     OP_INSERT,
     OP_REMOVE,
     InstallAck,
@@ -54,8 +54,8 @@ from pubsub.messages import (
     StoredSub,
     TransferSub,
 )
-from pubsub.space import AttributeSpace, TreeId
-from pubsub.tree import TreeNode
+from rangecast.pubsub.space import AttributeSpace, TreeId
+from rangecast.pubsub.tree import TreeNode
 
 log = logging.getLogger("rangecast.pubsub")
 

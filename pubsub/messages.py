@@ -17,8 +17,8 @@ from typing import Annotated
 
 import msgspec
 
-from dht.errors import LocalProtocolError
-from dht.wire import U8, U63, Finite, Handle, Message, register
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.wire import U8, U63, Finite, Handle, Message, register
 
 U16 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFF)]
 U32 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFFFFFF)]

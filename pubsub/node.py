@@ -40,12 +40,12 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from dht.core import Application, DhtCore, State
-from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
-from dht.routing import Peer
-from dht.timers import TimerHeap
-from dht.wire import Handle, Message, codec
-from pubsub.base import (
+from rangecast.dht.core import Application, DhtCore, State
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from rangecast.dht.routing import Peer
+from rangecast.dht.timers import TimerHeap
+from rangecast.dht.wire import Handle, Message, codec
+from rangecast.pubsub.base import (
     T_PARK,
     T_RECONCILE,
     T_REFRESH,
@@ -54,22 +54,22 @@ from pubsub.base import (
     OverlayConfig,
     OverlayStats,
 )
-from pubsub.dissemination import (
+from rangecast.pubsub.dissemination import (
     make_notifier,
     make_prober,
     on_delivery_multicast,
     on_lbdd_delivery,
     on_probe_multicast,
 )
-from pubsub.events import (
+from rangecast.pubsub.events import (
     AppEvent,
     EventDelivered,
     PieceStored,
     SubscriptionInstalled,
     SubscriptionRemoved,
 )
-from pubsub.host import TreeHost
-from pubsub.messages import (
+from rangecast.pubsub.host import TreeHost
+from rangecast.pubsub.messages import (
     DeliveryMulticast,
     EventDelivery,
     InstallAck,
@@ -83,11 +83,11 @@ from pubsub.messages import (
     ReplicaPut,
     TransferSub,
 )
-from pubsub.publisher import Publisher
-from pubsub.replication import INTERNAL_REPLICAS, Replication
-from pubsub.schema import SchemaRegistry
-from pubsub.subscriber import MySubscription, Subscriber
-from pubsub.tree import TreeNode
+from rangecast.pubsub.publisher import Publisher
+from rangecast.pubsub.replication import INTERNAL_REPLICAS, Replication
+from rangecast.pubsub.schema import SchemaRegistry
+from rangecast.pubsub.subscriber import MySubscription, Subscriber
+from rangecast.pubsub.tree import TreeNode
 
 log = logging.getLogger("rangecast.pubsub")
 

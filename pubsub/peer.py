@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from dht.core import DhtCore
-from dht.wire import Message
-from pubsub.node import AppEvent, OverlayConfig, PubSubNode
-from pubsub.schema import SchemaRegistry
+from rangecast.dht.core import DhtCore
+from rangecast.dht.wire import Message
+from rangecast.pubsub.node import AppEvent, OverlayConfig, PubSubNode
+from rangecast.pubsub.schema import SchemaRegistry
 
 
 class OverlayPeer:

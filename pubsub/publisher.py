@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dht.errors import LocalProtocolError
-from pubsub.base import NodeBase
-from pubsub.messages import Event, ProbeTarget
-from pubsub.space import AttributeSpace, TreeId, zone_overlaps
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.pubsub.base import NodeBase
+from rangecast.pubsub.messages import Event, ProbeTarget
+from rangecast.pubsub.space import AttributeSpace, TreeId, zone_overlaps
 
 
 class Publisher(NodeBase):

@@ -31,12 +31,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dht.routing import Peer
-from dht.wire import Handle
-from pubsub.base import T_RECONCILE, T_REFRESH, NodeBase, NodeKey
-from pubsub.messages import OP_INSERT, ProbeSub, Ref, ReplicaDrop, ReplicaOp, ReplicaPut, StoredSub
-from pubsub.space import AttributeSpace
-from pubsub.tree import TreeNode
+from rangecast.dht.routing import Peer
+from rangecast.dht.wire import Handle
+from rangecast.pubsub.base import T_RECONCILE, T_REFRESH, NodeBase, NodeKey
+from rangecast.pubsub.messages import (
+    OP_INSERT,
+    ProbeSub,
+    Ref,
+    ReplicaDrop,
+    ReplicaOp,
+    ReplicaPut,
+    StoredSub,
+)
+from rangecast.pubsub.space import AttributeSpace
+from rangecast.pubsub.tree import TreeNode
 
 #: Copies of an internal tree node when replication is on (the leaf set's half plus one).
 INTERNAL_REPLICAS = 9

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dht.errors import LocalProtocolError
+from rangecast.dht.errors import LocalProtocolError
 
 __all__ = [
     "ATTRIBUTE_TYPES",

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import NamedTuple
 
-from dht.errors import LocalProtocolError
+from rangecast.dht.errors import LocalProtocolError
 
 #: Deepest tree node; paths travel as 63-bit integers. Splitting stops here even when a leaf
 #: overflows (the last resort for points that widening cannot separate).

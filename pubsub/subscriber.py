@@ -30,11 +30,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from dht.errors import LocalProtocolError
-from dht.wire import Handle
-from pubsub.base import T_REFRESH, NodeBase
-from pubsub.events import EventDelivered, SubscriptionInstalled, SubscriptionRemoved
-from pubsub.messages import (
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.wire import Handle
+from rangecast.pubsub.base import T_REFRESH, NodeBase
+from rangecast.pubsub.events import EventDelivered, SubscriptionInstalled, SubscriptionRemoved
+from rangecast.pubsub.messages import (
     OP_INSERT,
     OP_REMOVE,
     EventDelivery,
@@ -44,9 +44,9 @@ from pubsub.messages import (
     Ref,
     StoredSub,
 )
-from pubsub.schema import Schema
-from pubsub.space import AttributeSpace
-from pubsub.subscription import Subscription
+from rangecast.pubsub.schema import Schema
+from rangecast.pubsub.space import AttributeSpace
+from rangecast.pubsub.subscription import Subscription
 
 
 class MySubscription:

@@ -56,7 +56,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pubsub.schema import Attribute, Schema, SchemaError
+from rangecast.pubsub.schema import Attribute, Schema, SchemaError
 
 __all__ = [
     "Range",

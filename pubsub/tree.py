@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from sortedcontainers import SortedKeyList
 
-from pubsub.messages import StoredSub
-from pubsub.space import AttributeSpace, TreeId, zone_overlaps
+from rangecast.pubsub.messages import StoredSub
+from rangecast.pubsub.space import AttributeSpace, TreeId, zone_overlaps
 
 STRICT, LENIENT = "strict", "lenient"
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import trio
 
-from dht.errors import RangecastError, RemoteProtocolError
-from dht.wire import Message
-from runtime.guard import FrameReader, FrameTooLarge, frame, wire_codec
-from runtime.messages import (
+from rangecast.dht.errors import RangecastError, RemoteProtocolError
+from rangecast.dht.wire import Message
+from rangecast.runtime.guard import FrameReader, FrameTooLarge, frame, wire_codec
+from rangecast.runtime.messages import (
     Done,
     Hello,
     HelloReply,

@@ -22,8 +22,8 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from dht.errors import RemoteProtocolError, WireError
-from dht.messages import (
+from rangecast.dht.errors import RemoteProtocolError, WireError
+from rangecast.dht.messages import (
     Announce,
     Direct,
     JoinReply,
@@ -37,9 +37,9 @@ from dht.messages import (
     RowReply,
     RowRequest,
 )
-from dht.wire import MAX_FRAME_BYTES, Codec, Message, codec, registered
-from runtime.identity import Identity, PeerAddress
-from runtime.messages import Authed, Sealed, SessionAccept, SessionOpen
+from rangecast.dht.wire import MAX_FRAME_BYTES, Codec, Message, codec, registered
+from rangecast.runtime.identity import Identity, PeerAddress
+from rangecast.runtime.messages import Authed, Sealed, SessionAccept, SessionOpen
 
 #: Largest frame on a connection: a core frame at the codec's limit plus the envelope.
 MAX_WIRE_FRAME = MAX_FRAME_BYTES + 1024

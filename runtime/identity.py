@@ -27,7 +27,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 
 ID_BYTES = 20
 KEY_BYTES = 32

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import trio
 
-from dht.substrate import substrate
-from pubsub.schema import SchemaRegistry, builtin_schemas
-from runtime.identity import Identity
-from runtime.peer import PeerConfig, PeerRuntime
+from rangecast.dht.substrate import substrate
+from rangecast.pubsub.schema import SchemaRegistry, builtin_schemas
+from rangecast.runtime.identity import Identity
+from rangecast.runtime.peer import PeerConfig, PeerRuntime
 
 
 def leaf_sets_converged(peers: list[PeerRuntime]) -> bool:

@@ -34,7 +34,7 @@ from kademlia.network import Server
 from kademlia.protocol import KademliaProtocol
 from kademlia.storage import ForgetfulStorage
 
-from dht.errors import LocalProtocolError
+from rangecast.dht.errors import LocalProtocolError
 
 log = logging.getLogger("rangecast.kademlia")
 

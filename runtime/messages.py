@@ -14,7 +14,7 @@ from typing import Annotated
 
 import msgspec
 
-from dht.wire import U32, U63, Finite, Message, Payload, WireBytes, register
+from rangecast.dht.wire import U32, U63, Finite, Message, Payload, WireBytes, register
 
 Key = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
 Signature = Annotated[bytes, msgspec.Meta(max_length=64)]

@@ -48,23 +48,23 @@ from typing import Any
 
 import trio
 
-from dht.errors import LocalProtocolError, RangecastError, RemoteProtocolError, WireError
-from dht.kademlia import KademliaConfig, KademliaNode
-from dht.node import PastryConfig, State
-from dht.routing import Peer
-from dht.substrate import DHTS, DhtConfig, DhtNode, make_dht, substrate
-from dht.wire import Message, codec
-from pubsub.node import (
+from rangecast.dht.errors import LocalProtocolError, RangecastError, RemoteProtocolError, WireError
+from rangecast.dht.kademlia import KademliaConfig, KademliaNode
+from rangecast.dht.node import PastryConfig, State
+from rangecast.dht.routing import Peer
+from rangecast.dht.substrate import DHTS, DhtConfig, DhtNode, make_dht, substrate
+from rangecast.dht.wire import Message, codec
+from rangecast.pubsub.node import (
     EventDelivered,
     OverlayConfig,
     PieceStored,
     SubscriptionInstalled,
     SubscriptionRemoved,
 )
-from pubsub.peer import OverlayPeer
-from pubsub.schema import Schema, SchemaError, SchemaRegistry
-from pubsub.subscription import Subscription
-from runtime.guard import (
+from rangecast.pubsub.peer import OverlayPeer
+from rangecast.pubsub.schema import Schema, SchemaError, SchemaRegistry
+from rangecast.pubsub.subscription import Subscription
+from rangecast.runtime.guard import (
     FrameReader,
     FrameTooLarge,
     Gate,
@@ -76,10 +76,10 @@ from runtime.guard import (
     frame,
     wire_codec,
 )
-from runtime.identity import Identity, PeerAddress, StateDir, node_id_of
-from runtime.kademlia_bridge import KademliaService
-from runtime.messages import Authed, Hello, HelloReply, Sealed, SessionOpen
-from runtime.service import ClientSession, Owner
+from rangecast.runtime.identity import Identity, PeerAddress, StateDir, node_id_of
+from rangecast.runtime.kademlia_bridge import KademliaService
+from rangecast.runtime.messages import Authed, Hello, HelloReply, Sealed, SessionOpen
+from rangecast.runtime.service import ClientSession, Owner
 
 log = logging.getLogger("rangecast.peer")
 

@@ -15,13 +15,13 @@ from typing import Any, Protocol
 
 import trio
 
-from dht.errors import LocalProtocolError
-from dht.wire import Message
-from pubsub.node import EventDelivered
-from pubsub.schema import SchemaError, SchemaRegistry
-from pubsub.subscription import Subscription, parse_subscription
-from runtime.guard import Rejections, frame, wire_codec
-from runtime.messages import (
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.wire import Message
+from rangecast.pubsub.node import EventDelivered
+from rangecast.pubsub.schema import SchemaError, SchemaRegistry
+from rangecast.pubsub.subscription import Subscription, parse_subscription
+from rangecast.runtime.guard import Rejections, frame, wire_codec
+from rangecast.runtime.messages import (
     Done,
     Hello,
     HelloReply,

@@ -29,11 +29,11 @@ from typing import Any
 
 import trio
 
-from dht.errors import LocalProtocolError
-from dht.kademlia import LOOKUP_MODES, ROOT_CACHE
-from dht.substrate import DHTS, substrate
-from pubsub.node import OverlayConfig
-from runtime.identity import STATE_FILE
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.kademlia import LOOKUP_MODES, ROOT_CACHE
+from rangecast.dht.substrate import DHTS, substrate
+from rangecast.pubsub.node import OverlayConfig
+from rangecast.runtime.identity import STATE_FILE
 
 SWARM_FILE = "swarm.json"
 
@@ -106,7 +106,7 @@ def _write(dir_: Path, data: dict[str, Any]) -> None:
 
 async def _probe(port: int) -> dict[str, Any] | None:
     """A peer's status, or None if it does not answer (yet)."""
-    from runtime.client import ConnectionLost, connect
+    from rangecast.runtime.client import ConnectionLost, connect
 
     try:
         with trio.fail_after(3.0):
@@ -123,7 +123,7 @@ def _spawn(i: int, port: int, dir_: Path, join: int | None, args: argparse.Names
     cmd = [
         sys.executable,
         "-m",
-        "sim.cli",
+        "rangecast.cli.main",
         "peer",
         "start",
         "--listen",
@@ -212,7 +212,7 @@ def _unconverged(statuses: dict[int, dict[str, Any]], dht: str) -> list[int]:
     """The peers whose leaf set (Kademlia: sibling list, and with few enough peers the whole
     membership in the k-buckets) is not yet what the membership implies. Until then two peers
     can disagree about which of them is the root of a key."""
-    from runtime.peer import PeerConfig
+    from rangecast.runtime.peer import PeerConfig
 
     # The peer processes run with the runtime's configuration of their substrate (``--lookup``
     # and ``--root-cache`` leave the neighbour sets and the bucket size alone).
@@ -242,7 +242,7 @@ def _up(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise LocalProtocolError(f"--timeout must be a positive number, got {args.timeout}")
     if args.schema:
-        from pubsub.schema import builtin_schemas
+        from rangecast.pubsub.schema import builtin_schemas
 
         builtin_schemas().resolve(args.schema)  # fail now, not in N log files
         if Path(args.schema).is_file():

@@ -24,21 +24,21 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dht.errors import LocalProtocolError
-from dht.node import PastryNode
-from pubsub.node import EventDelivered, OverlayConfig, SubscriptionInstalled
-from pubsub.peer import OverlayPeer
-from pubsub.schema import THESIS_SCHEMA, SchemaRegistry
-from pubsub.subscription import Subscription
-from sim import runlog
-from sim.engine import Simulator
-from sim.latency import latency_model
-from sim.options import require_finite
-from sim.overlay import ROOT_CACHE, PastryOverlay, dht_config, dht_fields
-from sim.progress import Progress, as_progress
-from sim.streams import stream
-from sim.thesis_experiment import MatchOracle
-from sim.workload import THESIS_WORKLOAD, Workload
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.node import PastryNode
+from rangecast.pubsub.node import EventDelivered, OverlayConfig, SubscriptionInstalled
+from rangecast.pubsub.peer import OverlayPeer
+from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
+from rangecast.pubsub.subscription import Subscription
+from rangecast.sim import runlog
+from rangecast.sim.engine import Simulator
+from rangecast.sim.latency import latency_model
+from rangecast.sim.network import ROOT_CACHE, SimNetwork, dht_config, dht_fields
+from rangecast.sim.options import require_finite
+from rangecast.sim.progress import Progress, as_progress
+from rangecast.sim.streams import stream
+from rangecast.sim.thesis_experiment import MatchOracle
+from rangecast.sim.workload import THESIS_WORKLOAD, Workload
 
 REPLICA_KINDS = ("ReplicaPut", "ReplicaOp", "ReplicaDrop")
 #: The DHT's own repair traffic: Pastry's leaf-set and row requests; Kademlia's lookups (which,
@@ -149,7 +149,7 @@ def _kinds(sim: Simulator, kinds: tuple[str, ...]) -> tuple[int, int]:
     return msgs, byts
 
 
-def _overlay(params: ChurnParams, say: Progress) -> tuple[Simulator, PastryOverlay, Any]:
+def _overlay(params: ChurnParams, say: Progress) -> tuple[Simulator, SimNetwork, Any]:
     """The simulator and an empty overlay of replicating peers with failure detection on."""
     seed = params.seed
     registry = SchemaRegistry((THESIS_SCHEMA,))
@@ -164,7 +164,7 @@ def _overlay(params: ChurnParams, say: Progress) -> tuple[Simulator, PastryOverl
         return OverlayPeer(node, schemas=registry, capacity=cap, rng=proto_rng, overlay=overlay_cfg)
 
     cfg = dht_config(params.dht, lookup=params.lookup, root_cache=params.root_cache)
-    return sim, PastryOverlay(sim, seed, config=cfg, core_factory=make_core), model
+    return sim, SimNetwork(sim, seed, config=cfg, core_factory=make_core), model
 
 
 def _start_log(sim: Simulator, out_dir: Path | None) -> runlog.MessageLog | None:
@@ -370,7 +370,7 @@ def _holders(peers: list[OverlayPeer]) -> dict[tuple[str, Any], list[int]]:
 
 
 def _whole_sets_lost(
-    peers: list[OverlayPeer], net: PastryOverlay, crashed: set[int], k: int
+    peers: list[OverlayPeer], net: SimNetwork, crashed: set[int], k: int
 ) -> tuple[int, int]:
     """Tree nodes all of whose holders are about to crash, and the pieces they hold."""
     sets = pieces = 0

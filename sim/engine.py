@@ -34,10 +34,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from dht.errors import LocalProtocolError
-from dht.messages import Direct, Route
-from dht.wire import Message, codec, payload_tag, registered
-from sim.latency import LatencyModel
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.messages import Direct, Route
+from rangecast.dht.wire import Message, codec, payload_tag, registered
+from rangecast.sim.latency import LatencyModel
 
 _MSG, _TIMER, _CALL = 0, 1, 2
 _INF = math.inf

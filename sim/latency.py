@@ -69,7 +69,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, Self
 
-from dht.errors import RangecastError
+from rangecast.dht.errors import RangecastError
 
 __all__ = [
     "DEFAULT_CLUSTERS",
@@ -662,7 +662,7 @@ def latency_model(spec: str, seed: int) -> LatencyModel:
         return SyntheticLatency(seed)
     if spec in NAMED_MATRICES:
         # as_file: a real path even if the package is ever imported from a zip.
-        resource = resources.files("sim") / "data" / NAMED_MATRICES[spec]
+        resource = resources.files("rangecast.sim") / "data" / NAMED_MATRICES[spec]
         with resources.as_file(resource) as path:
             return MatrixLatency.load(path)
     given = spec.removeprefix("matrix:")

@@ -39,19 +39,25 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from dht.errors import LocalProtocolError
-from dht.node import PastryConfig, PastryNode
-from multicast.lbdd import SOURCE, bucket_of, build_tree, check_views, digest, near_floor
-from multicast.messages import MAX_SLICE_BYTES, MAX_SLICES, MODE_LBDD, MODE_LBDD_PAPER, MODE_STAR
-from multicast.topic import PublicationComplete, SliceDelivered, TopicConfig, TopicPeer
-from sim import runlog
-from sim.engine import PORT, Simulator
-from sim.latency import LatencyModel, latency_model
-from sim.options import add_out_option, finite_float, positive_float, require_finite
-from sim.outputs import emit_result
-from sim.overlay import PastryOverlay
-from sim.progress import Progress, as_progress, progress_for
-from sim.streams import stream
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.multicast.lbdd import SOURCE, bucket_of, build_tree, check_views, digest, near_floor
+from rangecast.multicast.messages import (
+    MAX_SLICE_BYTES,
+    MAX_SLICES,
+    MODE_LBDD,
+    MODE_LBDD_PAPER,
+    MODE_STAR,
+)
+from rangecast.multicast.topic import PublicationComplete, SliceDelivered, TopicConfig, TopicPeer
+from rangecast.sim import runlog
+from rangecast.sim.engine import PORT, Simulator
+from rangecast.sim.latency import LatencyModel, latency_model
+from rangecast.sim.network import SimNetwork
+from rangecast.sim.options import add_out_option, finite_float, positive_float, require_finite
+from rangecast.sim.outputs import emit_result
+from rangecast.sim.progress import Progress, as_progress, progress_for
+from rangecast.sim.streams import stream
 
 TOPIC = "lbdd"
 #: Fields that depend on the machine, not on the seed.
@@ -138,9 +144,7 @@ class _Net:
             self.peers.append(peer)
             return peer
 
-        self.overlay = PastryOverlay(
-            sim=self.sim, seed=seed, config=PastryConfig(), core_factory=make
-        )
+        self.overlay = SimNetwork(sim=self.sim, seed=seed, config=PastryConfig(), core_factory=make)
         n = params.subscribers + 1
         self.overlay.create(n)
         self.overlay.oracle_bootstrap(range(n))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from dht.errors import LocalProtocolError
+from rangecast.dht.errors import LocalProtocolError
 
 __all__ = [
     "finite_float",

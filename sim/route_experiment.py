@@ -19,17 +19,17 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dht.errors import LocalProtocolError
-from dht.node import Application
-from dht.routing import Peer
-from sim import runlog
-from sim.engine import Simulator, cyclic_gc_paused
-from sim.latency import latency_model
-from sim.options import require_finite
-from sim.overlay import ROOT_CACHE, PastryOverlay, dht_config, dht_fields
-from sim.percentiles import percentile
-from sim.progress import as_progress
-from sim.streams import stream
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.node import Application
+from rangecast.dht.routing import Peer
+from rangecast.sim import runlog
+from rangecast.sim.engine import Simulator, cyclic_gc_paused
+from rangecast.sim.latency import latency_model
+from rangecast.sim.network import ROOT_CACHE, SimNetwork, dht_config, dht_fields
+from rangecast.sim.options import require_finite
+from rangecast.sim.percentiles import percentile
+from rangecast.sim.progress import as_progress
+from rangecast.sim.streams import stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +156,7 @@ def _run_route(
     config = dht_config(params.dht, lookup=params.lookup, root_cache=params.root_cache)
     if not params.keepalives_on():
         config = replace(config, keepalive_s=math.inf)
-    overlay = PastryOverlay(
+    overlay = SimNetwork(
         sim,
         params.seed,
         config=config,
@@ -283,7 +283,7 @@ class _Injector:
     def __init__(
         self,
         sim: Simulator,
-        overlay: PastryOverlay,
+        overlay: SimNetwork,
         log: _LookupLog,
         times: array[float],
         srcs: array[int],

@@ -26,10 +26,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dht.errors import LocalProtocolError
-from dht.messages import Direct, Route
-from dht.wire import Message, codec
-from sim.outputs import ensure_writable_dir
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.messages import Direct, Route
+from rangecast.dht.wire import Message, codec
+from rangecast.sim.outputs import ensure_writable_dir
 
 FORMAT = "rangecast-run-log"
 VERSION = 1

@@ -35,26 +35,26 @@ from typing import Any
 
 import numpy as np
 
-from dht.errors import LocalProtocolError
-from dht.node import PastryNode
-from pubsub.node import (
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.node import PastryNode
+from rangecast.pubsub.node import (
     EventDelivered,
     OverlayConfig,
     PieceStored,
     SubscriptionInstalled,
 )
-from pubsub.peer import OverlayPeer
-from pubsub.schema import THESIS_SCHEMA, Schema, SchemaRegistry
-from pubsub.subscription import Subscription
-from sim import runlog
-from sim.engine import Simulator, cyclic_gc_paused
-from sim.latency import latency_model
-from sim.options import require_finite
-from sim.overlay import ROOT_CACHE, PastryOverlay, dht_config, dht_fields
-from sim.percentiles import ordered_sum, percentile
-from sim.progress import as_progress
-from sim.streams import stream
-from sim.workload import THESIS_WORKLOAD, CsvEvents, Workload, default_params
+from rangecast.pubsub.peer import OverlayPeer
+from rangecast.pubsub.schema import THESIS_SCHEMA, Schema, SchemaRegistry
+from rangecast.pubsub.subscription import Subscription
+from rangecast.sim import runlog
+from rangecast.sim.engine import Simulator, cyclic_gc_paused
+from rangecast.sim.latency import latency_model
+from rangecast.sim.network import ROOT_CACHE, SimNetwork, dht_config, dht_fields
+from rangecast.sim.options import require_finite
+from rangecast.sim.percentiles import ordered_sum, percentile
+from rangecast.sim.progress import as_progress
+from rangecast.sim.streams import stream
+from rangecast.sim.workload import THESIS_WORKLOAD, CsvEvents, Workload, default_params
 
 INSTALL_KINDS = ("ProbeSub", "InstallAck", "LeafUpdate", "TransferSub")
 PROBE_KINDS = ("ProbePub", "ProbePubMulticast")
@@ -529,7 +529,7 @@ def _run_thesis(
     dht_cfg = dht_config(
         params.dht, lookup=params.lookup, root_cache=params.root_cache, failure_free=True
     )
-    net = PastryOverlay(sim, seed, config=dht_cfg, core_factory=make_core)
+    net = SimNetwork(sim, seed, config=dht_cfg, core_factory=make_core)
     indices = net.create(params.nodes)
     net.oracle_bootstrap(indices)
     peers: list[OverlayPeer] = net.cores  # type: ignore[assignment]

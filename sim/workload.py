@@ -99,8 +99,8 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from pubsub.schema import KEYWORDS, THESIS_SCHEMA, Attribute, Schema, SchemaError
-from pubsub.subscription import Range, Subscription
+from rangecast.pubsub.schema import KEYWORDS, THESIS_SCHEMA, Attribute, Schema, SchemaError
+from rangecast.pubsub.subscription import Range, Subscription
 
 __all__ = [
     "THESIS_PARAMS",

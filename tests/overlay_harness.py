@@ -18,24 +18,24 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dht.node import PastryConfig
-from pubsub.messages import Pred, StoredSub
-from pubsub.node import (
+from rangecast.dht.node import PastryConfig
+from rangecast.pubsub.messages import Pred, StoredSub
+from rangecast.pubsub.node import (
     EventDelivered,
     OverlayConfig,
     PieceStored,
     SubscriptionInstalled,
     SubscriptionRemoved,
 )
-from pubsub.peer import OverlayPeer
-from pubsub.schema import Schema, SchemaRegistry
-from pubsub.space import AttributeSpace, TreeId
-from pubsub.subscription import Subscription
-from pubsub.tree import TreeNode
-from sim.engine import Simulator
-from sim.latency import SyntheticLatency
-from sim.overlay import PastryOverlay
-from sim.streams import stream
+from rangecast.pubsub.peer import OverlayPeer
+from rangecast.pubsub.schema import Schema, SchemaRegistry
+from rangecast.pubsub.space import AttributeSpace, TreeId
+from rangecast.pubsub.subscription import Subscription
+from rangecast.pubsub.tree import TreeNode
+from rangecast.sim.engine import Simulator
+from rangecast.sim.latency import SyntheticLatency
+from rangecast.sim.network import SimNetwork
+from rangecast.sim.streams import stream
 
 Key = tuple[int, int]  # (subscriber index, sid)
 DeliveryKey = tuple[int, int, int]  # (subscriber index, sid, eid)
@@ -88,7 +88,7 @@ class Net:
             )
 
         pastry = PastryConfig(keepalive_s=math.inf, hop_acks=hop_acks)
-        self.net = PastryOverlay(self.sim, seed, config=pastry, core_factory=make)
+        self.net = SimNetwork(self.sim, seed, config=pastry, core_factory=make)
         self.net.oracle_bootstrap(self.net.create(n))
         self.peers: list[OverlayPeer] = self.net.cores  # type: ignore[assignment]
         self.index_of_id = {self.net.space.to_bytes(p.id): i for i, p in enumerate(self.net.peers)}

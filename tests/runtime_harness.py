@@ -8,9 +8,9 @@ from collections import Counter
 
 import trio
 
-from pubsub.schema import THESIS_SCHEMA
-from runtime.client import ClientSubscription, connect
-from sim.workload import thesis_workload
+from rangecast.pubsub.schema import THESIS_SCHEMA
+from rangecast.runtime.client import ClientSubscription, connect
+from rangecast.sim.workload import thesis_workload
 
 
 async def oracle_round(

@@ -119,7 +119,7 @@ def test_options_a_tree_does_not_know_are_left_out(tmp_path: Path) -> None:
     old, new = tmp_path / "old", tmp_path / "new"
     for tree, text in ((old, "x.add_argument('--dht')"), (new, 'r.add_argument("--keepalives")')):
         (tree / "sim").mkdir(parents=True)
-        (tree / "sim" / "cli.py").write_text(text)
+        (tree / "sim" / "rangecast.cli.py").write_text(text)
     run = next(r for r in compare.RUNS if r.name == "route-keepalives")
     assert "--keepalives" not in run.command(False, old)
     assert run.command(False, new)[-2:] == ("--keepalives", "on")

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from pubsub.node import OverlayConfig
-from sim.churn_experiment import WALL_FIELDS, ChurnParams, run_churn
+from rangecast.pubsub.node import OverlayConfig
+from rangecast.sim.churn_experiment import WALL_FIELDS, ChurnParams, run_churn
 
 
 def test_a_fifth_of_the_peers_crashing_at_once_loses_nothing_with_three_replicas() -> None:

@@ -15,17 +15,22 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from dht.kademlia import KademliaConfig
-from dht.node import PastryConfig, PastryNode
-from pubsub.node import EventDelivered, OverlayConfig, SubscriptionInstalled, SubscriptionRemoved
-from pubsub.peer import OverlayPeer
-from pubsub.schema import THESIS_SCHEMA, SchemaRegistry
-from pubsub.subscription import Subscription, where
-from sim.engine import Simulator
-from sim.latency import SyntheticLatency
-from sim.overlay import PastryOverlay
-from sim.streams import stream
-from sim.workload import THESIS_WORKLOAD, Workload
+from rangecast.dht.kademlia import KademliaConfig
+from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.pubsub.node import (
+    EventDelivered,
+    OverlayConfig,
+    SubscriptionInstalled,
+    SubscriptionRemoved,
+)
+from rangecast.pubsub.peer import OverlayPeer
+from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
+from rangecast.pubsub.subscription import Subscription, where
+from rangecast.sim.engine import Simulator
+from rangecast.sim.latency import SyntheticLatency
+from rangecast.sim.network import SimNetwork
+from rangecast.sim.streams import stream
+from rangecast.sim.workload import THESIS_WORKLOAD, Workload
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
 START = 24
@@ -47,7 +52,7 @@ class ChurnMachine(RuleBasedStateMachine):
         def make(i: int, node: PastryNode) -> OverlayPeer:
             return OverlayPeer(node, schemas=registry, capacity=3, rng=proto, overlay=cfg)
 
-        self.net = PastryOverlay(self.sim, seed, config=self.dht_config(), core_factory=make)
+        self.net = SimNetwork(self.sim, seed, config=self.dht_config(), core_factory=make)
         self.net.oracle_bootstrap(self.net.create(START))
         self.peers: list[OverlayPeer] = self.net.cores  # type: ignore[assignment]
         self.dead: set[int] = set()

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from dht.kademlia import KademliaConfig, KademliaNode
-from dht.messages import Ping
-from dht.node import PastryConfig, PastryNode
-from dht.routing import Peer
+from rangecast.dht.kademlia import KademliaConfig, KademliaNode
+from rangecast.dht.messages import Ping
+from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.dht.routing import Peer
 
 A, B = b"\x0a\x00\x00\x01\x0f\xa0", b"\x0a\x00\x00\x02\x0f\xa0"
 

@@ -8,18 +8,18 @@ import random
 
 import pytest
 
-from dht.messages import Direct, Ping
-from dht.node import PastryConfig, PastryNode
-from dht.routing import Peer
-from dht.wire import Message, codec
-from pubsub.dissemination import (
+from rangecast.dht.messages import Direct, Ping
+from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.dht.routing import Peer
+from rangecast.dht.wire import Message, codec
+from rangecast.pubsub.dissemination import (
     LbddNotifier,
     MulticastNotifier,
     MulticastProbes,
     UnicastNotifier,
     UnicastProbes,
 )
-from pubsub.messages import (
+from rangecast.pubsub.messages import (
     DeliveryMulticast,
     Event,
     EventDelivery,
@@ -27,9 +27,9 @@ from pubsub.messages import (
     Pred,
     StoredSub,
 )
-from pubsub.node import EventDelivered, OverlayConfig, PubSubNode
-from pubsub.schema import THESIS_SCHEMA, SchemaRegistry
-from pubsub.subscription import parse_subscription
+from rangecast.pubsub.node import EventDelivered, OverlayConfig, PubSubNode
+from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
+from rangecast.pubsub.subscription import parse_subscription
 
 ME = b"\x0a\x00\x00\x01\x0f\xa0"
 

@@ -3,7 +3,7 @@
 Every backticked reference in the page is checked against the source, read with ``ast`` (nothing
 is imported):
 
-* a path (``dht/core.py``, ``sim/report/``, ``docs/wire.md``) must exist in the repository;
+* a path (``dht/core.py``, ``analysis/report/``, ``docs/wire.md``) must exist in the repository;
 * a dotted name that starts with a package (``pubsub.subscriber.Subscriber.subscribe``) must
   resolve: the longest prefix that is a module file, then each further part defined in the
   body of the part before it (a function, a class, an assignment or a class-level field);
@@ -29,7 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
-PACKAGES = ("dht", "multicast", "pubsub", "sim", "runtime")
+PACKAGES = ("dht", "multicast", "pubsub", "sim", "runtime", "analysis", "cli")
 
 _TICKS = re.compile(r"`([^`\n]+)`")
 _PATH = re.compile(r"^[A-Za-z0-9_./-]+(\.py|\.md|/)$")
@@ -209,7 +209,7 @@ def test_reference_exists(ref: str) -> None:
         ("pubsub.no_such_module.thing", False),
         ("dht/timers.py", True),
         ("dht/no_such.py", False),
-        ("sim/report/", True),
+        ("analysis/report/", True),
         ("DhtCore.route", True),
         ("DhtCore.no_such", False),
         ("PastryNode._handlers", True),  # a table set after the class

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dht.errors import LocalProtocolError
-from dht.messages import Direct
-from dht.wire import Handle, Message, codec
-from sim.engine import Simulator
-from sim.latency import LatencyModel
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.messages import Direct
+from rangecast.dht.wire import Handle, Message, codec
+from rangecast.sim.engine import Simulator
+from rangecast.sim.latency import LatencyModel
 
 ONE_WAY_MS = 10.0
 

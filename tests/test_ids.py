@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dht.errors import LocalProtocolError, RemoteProtocolError
-from dht.ids import DEFAULT_SPACE, IdSpace
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
 
 # (bits, b) shapes that are valid: bits a multiple of 8 and of b, 1 <= b <= 8.
 SHAPES = [(160, 4), (64, 4), (32, 2), (24, 3), (16, 8), (8, 1), (40, 5), (256, 4)]

@@ -1,7 +1,10 @@
 """The import graph, read from the source: no circles, and every edge points down the layers
 (docs/architecture.md): cores ``dht`` <- ``multicast`` <- ``pubsub`` <- drivers ``sim`` and
-``runtime``. Every import counts, lazy and type-checking-only ones included: a circle hidden in a
-function body is still a circle for whoever reads or moves the code."""
+``runtime`` <- ``analysis`` <- ``cli``. Every import counts, lazy and type-checking-only ones
+included: a circle hidden in a function body is still a circle for whoever reads or moves the code.
+
+Every module is imported under the one ``rangecast`` namespace; a bare ``import dht`` (the folder
+name) would load a second copy of the module, so it is refused too."""
 
 from __future__ import annotations
 
@@ -11,50 +14,53 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CORES = ("dht", "multicast", "pubsub")
-DRIVERS = ("sim", "runtime")
-#: The one edge left that points sideways: the ``rangecast`` command is still built in
-#: ``sim/cli.py`` and takes the real-peer subcommands from the runtime. It goes when the command
-#: line gets a package of its own above both drivers.
-FRONT_DOOR = {("sim.cli", "runtime.cli")}
+#: Lowest first. Packages on one rank (the two drivers) do not import each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("dht",),
+    ("multicast",),
+    ("pubsub",),
+    ("sim", "runtime"),
+    ("analysis",),
+    ("cli",),
+)
+PACKAGES = tuple(p for rank in LAYERS for p in rank)
+RANK = {p: i for i, rank in enumerate(LAYERS) for p in rank}
 
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for top in CORES + DRIVERS:
+    for top in PACKAGES:
         for path in sorted((ROOT / top).rglob("*.py")):
             rel = path.relative_to(ROOT).with_suffix("")
-            name = ".".join(rel.parts).removesuffix(".__init__")
-            found[name] = path
+            found[".".join(rel.parts).removesuffix(".__init__")] = path
     return found
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module name an import statement in ``path`` names (``from a.b import c`` names
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module name) of every import statement in ``path`` (``from a.b import c`` names
     ``a.b`` and, if that is a module, ``a.b.c``)."""
-    names: set[str] = set()
+    names: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
+            names += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names)
-    return {n.removeprefix("rangecast.") for n in names}
+            names.append((node.lineno, node.module))
+            names += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return names
 
 
 MODULES = _modules()
-EDGES = {m: {n for n in _imports(p) if n in MODULES and n != m} for m, p in sorted(MODULES.items())}
-
-
-def _layer(module: str) -> tuple[str, int]:
-    top = module.split(".")[0]
-    if top in CORES:
-        return "core", CORES.index(top)
-    return "driver", 0
+IMPORTS = {m: _imports(p) for m, p in sorted(MODULES.items())}
+EDGES = {
+    m: {n.removeprefix("rangecast.") for _, n in names} & MODULES.keys() - {m}
+    for m, names in IMPORTS.items()
+}
 
 
 def test_the_graph_is_read() -> None:
-    assert "dht.core" in MODULES and "pubsub.node" in MODULES and "sim.engine" in MODULES
+    assert {"dht.core", "pubsub.node", "sim.engine", "analysis.report.build", "cli.main"} <= set(
+        MODULES
+    )
     assert "dht.wire" in EDGES["dht.core"]
 
 
@@ -82,19 +88,18 @@ def test_no_import_circle() -> None:
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_imports_point_down(module: str) -> None:
-    kind, level = _layer(module)
     top = module.split(".")[0]
     wrong = []
     for target in sorted(EDGES[module]):
-        t_kind, t_level = _layer(target)
         t_top = target.split(".")[0]
-        if kind == "core" and (t_kind == "driver" or t_level > level):
-            wrong.append(target)  # a core reaches up
-        if (
-            kind == "driver"
-            and t_kind == "driver"
-            and t_top != top
-            and (module, target) not in FRONT_DOOR
-        ):
-            wrong.append(target)  # one driver uses the other
+        if t_top != top and RANK[t_top] >= RANK[top]:
+            wrong.append(target)  # up, or sideways between the two drivers
     assert wrong == [], f"{module} imports {wrong}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_name_the_namespace(module: str) -> None:
+    bare = [
+        f"line {line}: {name}" for line, name in IMPORTS[module] if name.split(".")[0] in PACKAGES
+    ]
+    assert bare == [], f"{module} imports outside the rangecast namespace: {bare}"

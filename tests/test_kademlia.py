@@ -14,16 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dht.errors import LocalProtocolError
-from dht.ids import IdSpace
-from dht.kademlia import BucketTable, KademliaConfig, KademliaNode
-from dht.messages import FindNode, FoundNodes
-from dht.node import Application, State
-from dht.routing import Peer
-from dht.wire import Handle, codec
-from sim.overlay import RootOracle, dht_config
-from sim.route_experiment import WALL_FIELDS, RouteParams, run_route
-from sim.thesis_experiment import ThesisParams, run_thesis
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.ids import IdSpace
+from rangecast.dht.kademlia import BucketTable, KademliaConfig, KademliaNode
+from rangecast.dht.messages import FindNode, FoundNodes
+from rangecast.dht.node import Application, State
+from rangecast.dht.routing import Peer
+from rangecast.dht.wire import Handle, codec
+from rangecast.sim.network import RootOracle, dht_config
+from rangecast.sim.route_experiment import WALL_FIELDS, RouteParams, run_route
+from rangecast.sim.thesis_experiment import ThesisParams, run_thesis
 
 SPACE = IdSpace(bits=32, b=4)
 ids32 = st.integers(min_value=0, max_value=(1 << 32) - 1)
@@ -152,7 +152,7 @@ def test_forged_and_malformed_lookup_messages_are_counted_not_raised() -> None:
 def test_the_overlay_on_kademlia_delivers_exactly_what_the_oracle_expects(
     lookup: str, probe: str, delivery: str
 ) -> None:
-    from pubsub.node import OverlayConfig
+    from rangecast.pubsub.node import OverlayConfig
 
     r = run_thesis(
         ThesisParams(
@@ -272,7 +272,17 @@ def test_without_the_root_cache_every_routed_message_runs_a_lookup() -> None:
 
 
 def test_the_root_cache_is_a_command_line_switch() -> None:
-    cmd = [sys.executable, "-m", "sim.cli", "sim", "route", "--nodes", "60", "--lookups", "60"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rangecast.cli.main",
+        "sim",
+        "route",
+        "--nodes",
+        "60",
+        "--lookups",
+        "60",
+    ]
     cmd += ["--dht", "kademlia", "--json", "--quiet"]
     for n in ("0", "16"):
         run = subprocess.run([*cmd, "--root-cache", n], capture_output=True, text=True, check=False)

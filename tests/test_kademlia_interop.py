@@ -12,9 +12,9 @@ import pytest
 import trio
 from kademlia.network import Server
 
-from dht.errors import LocalProtocolError
-from runtime.inprocess import start_local_swarm
-from runtime.peer import PeerConfig
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.runtime.inprocess import start_local_swarm
+from rangecast.runtime.peer import PeerConfig
 
 
 def _plain_node(contact_port: int, want_key: str, put: tuple[str, str]) -> object:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.latency import (
+from rangecast.sim.latency import (
     DEFAULT_SAME_HOST_MS,
     PLANETLAB_MEAN_RTT_MS,
     LatencyModel,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dht.errors import LocalProtocolError
-from multicast.lbdd import (
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.multicast.lbdd import (
     DIGEST_BITS,
     SOURCE,
     bucket_of,

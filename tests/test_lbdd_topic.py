@@ -21,12 +21,12 @@ from typing import Any
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from dht.errors import WireError
-from dht.ids import DEFAULT_SPACE
-from dht.node import PastryConfig, PastryNode
-from dht.wire import Handle, Message, codec
-from multicast.lbdd import SOURCE, build_tree, check_views
-from multicast.messages import (
+from rangecast.dht.errors import WireError
+from rangecast.dht.ids import DEFAULT_SPACE
+from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.dht.wire import Handle, Message, codec
+from rangecast.multicast.lbdd import SOURCE, build_tree, check_views
+from rangecast.multicast.messages import (
     MODE_LBDD,
     MODE_LBDD_PAPER,
     MODE_STAR,
@@ -44,17 +44,17 @@ from multicast.messages import (
     TopicPull,
     TopicStop,
 )
-from multicast.topic import (
+from rangecast.multicast.topic import (
     PublicationComplete,
     SliceDelivered,
     TopicConfig,
     TopicPeer,
     topic_key,
 )
-from sim.engine import Simulator
-from sim.latency import SyntheticLatency
-from sim.overlay import PastryOverlay
-from sim.streams import stream
+from rangecast.sim.engine import Simulator
+from rangecast.sim.latency import SyntheticLatency
+from rangecast.sim.network import SimNetwork
+from rangecast.sim.streams import stream
 
 TOPIC = "news"
 EXAMPLES = settings().max_examples
@@ -78,7 +78,7 @@ class TopicNet:
         self.sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
         rng = stream(seed, "topic")
         cfg = TopicConfig(slice_bytes=512, send_budget_slices=16)
-        self.overlay = PastryOverlay(
+        self.overlay = SimNetwork(
             self.sim,
             seed,
             config=PastryConfig(),
@@ -350,7 +350,7 @@ def test_rendezvous_hands_over_to_a_closer_new_node() -> None:
     n = 10
     sim = Simulator(SyntheticLatency(5, sites=64), stream(5, "network"))
     rng = stream(5, "topic")
-    overlay = PastryOverlay(
+    overlay = SimNetwork(
         sim, 5, config=PastryConfig(), core_factory=lambda i, node: TopicPeer(node, rng)
     )
     overlay.create(n)
@@ -390,7 +390,7 @@ def topic_key_of(topic: str) -> int:
 
 
 def test_experiment_with_churn_is_deterministic() -> None:
-    from sim.lbdd_experiment import WALL_FIELDS, LbddParams, run_lbdd
+    from rangecast.sim.lbdd_experiment import WALL_FIELDS, LbddParams, run_lbdd
 
     params = LbddParams(subscribers=24, seed=3, data_bytes=2_000_000, churn=0.25)
     a = run_lbdd(params)
@@ -404,7 +404,7 @@ def test_experiment_with_churn_is_deterministic() -> None:
 
 
 def test_cli_json(capsys: Any) -> None:
-    from sim.cli import main
+    from rangecast.cli.main import main
 
     assert main(["sim", "lbdd", "--subscribers", "30", "--seed", "2", "--json", "--quiet"]) == 0
     r = json.loads(capsys.readouterr().out)

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from dht.wire import Handle
-from pubsub.space import AttributeSpace, TreeId
-from pubsub.subscription import Range, Subscription
+from rangecast.dht.wire import Handle
+from rangecast.pubsub.space import AttributeSpace, TreeId
+from rangecast.pubsub.subscription import Range, Subscription
 
 if TYPE_CHECKING:
-    from pubsub.messages import Pred, StoredSub
+    from rangecast.pubsub.messages import Pred, StoredSub
 
 
 class _Lazy:
@@ -43,8 +43,8 @@ class _Lazy:
         return getattr(module, attr)
 
 
-pubsub_tree = _Lazy("pubsub.tree", "LeafIndex", "LeafTable", "TreeNode", "stored_matches")
-pubsub_messages = _Lazy("pubsub.messages", "Pred", "StoredSub")
+pubsub_tree = _Lazy("rangecast.pubsub.tree", "LeafIndex", "LeafTable", "TreeNode", "stored_matches")
+pubsub_messages = _Lazy("rangecast.pubsub.messages", "Pred", "StoredSub")
 
 _BASE_EXAMPLES = settings().max_examples
 MANY = settings(max_examples=max(50, _BASE_EXAMPLES * 3))

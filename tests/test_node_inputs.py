@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dht.errors import LocalProtocolError
-from dht.ids import DEFAULT_SPACE
-from dht.messages import (
+from rangecast.cli import main as cli
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.ids import DEFAULT_SPACE
+from rangecast.dht.messages import (
     Announce,
     Direct,
     JoinReply,
@@ -29,15 +30,14 @@ from dht.messages import (
     RowReply,
     RowRequest,
 )
-from dht.node import PastryConfig, PastryNode, State
-from dht.routing import Peer
-from dht.wire import Handle, Message, WireError, codec, decode, encode, registered
-from sim import cli
-from sim.engine import Simulator
-from sim.latency import SyntheticLatency
-from sim.overlay import PastryOverlay, RootOracle
-from sim.route_experiment import WALL_FIELDS, RouteParams, run_route
-from sim.streams import stream
+from rangecast.dht.node import PastryConfig, PastryNode, State
+from rangecast.dht.routing import Peer
+from rangecast.dht.wire import Handle, Message, WireError, codec, decode, encode, registered
+from rangecast.sim.engine import Simulator
+from rangecast.sim.latency import SyntheticLatency
+from rangecast.sim.network import RootOracle, SimNetwork
+from rangecast.sim.route_experiment import WALL_FIELDS, RouteParams, run_route
+from rangecast.sim.streams import stream
 
 _BASE_EXAMPLES = settings().max_examples
 ADDR = b"\x0a\x00\x00\x01\x0f\xa0"
@@ -48,9 +48,9 @@ def fresh_node(ident: int = 12345, addr: bytes = ADDR) -> PastryNode:
     return PastryNode(ident, addr, random.Random(1))
 
 
-def ready_overlay(n: int = 8, seed: int = 5) -> tuple[Simulator, PastryOverlay]:
+def ready_overlay(n: int = 8, seed: int = 5) -> tuple[Simulator, SimNetwork]:
     sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
-    overlay = PastryOverlay(sim, seed)
+    overlay = SimNetwork(sim, seed)
     overlay.oracle_bootstrap(overlay.create(n))
     return sim, overlay
 
@@ -186,7 +186,7 @@ def test_bad_route_params_raise(params: RouteParams) -> None:
 # --------------------------------------------------------------------------- remote garbage
 
 
-def bad_messages(sim: Simulator, overlay: PastryOverlay) -> list[tuple[str, Message]]:
+def bad_messages(sim: Simulator, overlay: SimNetwork) -> list[tuple[str, Message]]:
     """Messages a buggy or hostile peer could send, each with exactly one wrong-length id."""
     good = overlay.nodes[1].me.handle
     node = overlay.nodes[0]
@@ -319,7 +319,8 @@ hostile_messages = st.one_of(
     [
         _field_strategy(msgspec.inspect.type_info(cls), "")
         for cls in registered().values()
-        if cls.__module__ == "dht.messages"  # the DHT's own types; the overlay's are fuzzed apart
+        if cls.__module__
+        == "rangecast.dht.messages"  # the DHT's own types; the overlay's are fuzzed apart
     ]
 )
 

@@ -16,15 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from overlay_harness import Key, Net, Published
 
-from dht.errors import LocalProtocolError
-from dht.wire import Message, decode
-from pubsub.messages import ProbePub
-from pubsub.node import OverlayConfig
-from pubsub.schema import THESIS_SCHEMA, Schema
-from pubsub.subscription import Subscription, parse_subscription, where
-from sim.streams import stream
-from sim.thesis_experiment import MatchOracle
-from sim.workload import THESIS_WORKLOAD, Workload
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.wire import Message, decode
+from rangecast.pubsub.messages import ProbePub
+from rangecast.pubsub.node import OverlayConfig
+from rangecast.pubsub.schema import THESIS_SCHEMA, Schema
+from rangecast.pubsub.subscription import Subscription, parse_subscription, where
+from rangecast.sim.streams import stream
+from rangecast.sim.thesis_experiment import MatchOracle
+from rangecast.sim.workload import THESIS_WORKLOAD, Workload
 
 _BASE_EXAMPLES = settings().max_examples
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import random
 
-from dht.node import PastryConfig, PastryNode
-from pubsub.messages import OP_INSERT, Pred, ProbeSub, Ref, StoredSub
-from pubsub.node import PubSubNode
-from pubsub.schema import THESIS_SCHEMA, SchemaRegistry
-from pubsub.tree import TreeNode
+from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.pubsub.messages import OP_INSERT, Pred, ProbeSub, Ref, StoredSub
+from rangecast.pubsub.node import PubSubNode
+from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
+from rangecast.pubsub.tree import TreeNode
 
 ADDR = b"\x0a\x00\x00\x01\x0f\xa0"
 
@@ -67,9 +67,9 @@ def test_an_install_whose_probe_was_lost_and_then_abandoned_leaves_no_piece() ->
     (unsubscribe while installing). The periodic refresh re-sends the missing piece, the
     install completes, the removal asked for meanwhile follows, and nothing stays stored.
     Before, only active subscriptions were refreshed: the stored pieces stayed for ever."""
-    from pubsub.messages import ProbeSub as _Probe
-    from pubsub.node import OverlayConfig, SubscriptionRemoved
-    from pubsub.subscription import parse_subscription
+    from rangecast.pubsub.messages import ProbeSub as _Probe
+    from rangecast.pubsub.node import OverlayConfig, SubscriptionRemoved
+    from rangecast.pubsub.subscription import parse_subscription
 
     registry = SchemaRegistry()
     registry.add(THESIS_SCHEMA)

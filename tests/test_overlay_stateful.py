@@ -26,11 +26,11 @@ from hypothesis.stateful import (
 )
 from overlay_harness import Key, Net, Published, brute_force
 
-from pubsub.node import OverlayConfig
-from pubsub.schema import THESIS_SCHEMA, Schema
-from pubsub.subscription import Subscription, parse_subscription, where
-from sim.streams import stream
-from sim.workload import THESIS_WORKLOAD, Workload
+from rangecast.pubsub.node import OverlayConfig
+from rangecast.pubsub.schema import THESIS_SCHEMA, Schema
+from rangecast.pubsub.subscription import Subscription, parse_subscription, where
+from rangecast.sim.streams import stream
+from rangecast.sim.workload import THESIS_WORKLOAD, Workload
 
 _BASE_EXAMPLES = settings().max_examples
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)

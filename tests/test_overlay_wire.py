@@ -13,11 +13,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from overlay_harness import Net
 
-import pubsub.messages  # registers the overlay's message types
-from dht.errors import LocalProtocolError, WireError
-from dht.messages import Direct, Ping, Route
-from dht.wire import WIRE_VERSION, Handle, Message, codec, decode, encode, registered
-from pubsub.messages import (
+import rangecast.pubsub.messages  # registers the overlay's message types
+from rangecast.dht.errors import LocalProtocolError, WireError
+from rangecast.dht.messages import Direct, Ping, Route
+from rangecast.dht.wire import WIRE_VERSION, Handle, Message, codec, decode, encode, registered
+from rangecast.pubsub.messages import (
     OP_INSERT,
     OP_REMOVE,
     DeliveryMulticast,
@@ -37,10 +37,10 @@ from pubsub.messages import (
     StoredSub,
     TransferSub,
 )
-from pubsub.peer import OverlayPeer
-from pubsub.schema import THESIS_SCHEMA
-from pubsub.space import TreeId
-from pubsub.subscription import where
+from rangecast.pubsub.peer import OverlayPeer
+from rangecast.pubsub.schema import THESIS_SCHEMA
+from rangecast.pubsub.space import TreeId
+from rangecast.pubsub.subscription import where
 
 _BASE_EXAMPLES = settings().max_examples
 PUBSUB_TYPES = [
@@ -144,7 +144,7 @@ def test_overlay_messages_are_registered_in_the_pubsub_range() -> None:
         assert 64 <= tag <= 127
         assert reg[tag] is cls
         assert cls.kind == cls.__name__
-    assert pubsub.messages.OP_INSERT != pubsub.messages.OP_REMOVE
+    assert rangecast.pubsub.messages.OP_INSERT != rangecast.pubsub.messages.OP_REMOVE
 
 
 @pytest.mark.parametrize("cls", PUBSUB_TYPES, ids=lambda c: c.__name__)

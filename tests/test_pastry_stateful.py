@@ -18,13 +18,13 @@ from hypothesis.stateful import (
     rule,
 )
 
-from dht.ids import DEFAULT_SPACE
-from dht.node import Application, PastryConfig, PastryNode, State
-from dht.routing import Peer
-from sim.engine import Simulator
-from sim.latency import SyntheticLatency
-from sim.overlay import PastryOverlay
-from sim.streams import stream
+from rangecast.dht.ids import DEFAULT_SPACE
+from rangecast.dht.node import Application, PastryConfig, PastryNode, State
+from rangecast.dht.routing import Peer
+from rangecast.sim.engine import Simulator
+from rangecast.sim.latency import SyntheticLatency
+from rangecast.sim.network import SimNetwork
+from rangecast.sim.streams import stream
 
 #: Fast failure detection keeps simulated time (and so events) per example small.
 CONFIG = PastryConfig(
@@ -116,7 +116,7 @@ class PastryMachine(RuleBasedStateMachine):
     @initialize(seed=SEEDS, n0=st.integers(min_value=1, max_value=5), oracle=st.booleans())
     def start(self, seed: int, n0: int, oracle: bool) -> None:
         self.sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
-        self.overlay = PastryOverlay(
+        self.overlay = SimNetwork(
             self.sim, seed, config=CONFIG, app_factory=lambda i: _Recorder(i, self)
         )
         if oracle:
@@ -223,9 +223,9 @@ TestPastryStatefulLong = pytest.mark.slow(LongPastryMachine.TestCase)
 # ------------------------------------------------------------------- deterministic scenarios
 
 
-def _small_ring(n: int, config: PastryConfig) -> tuple[Simulator, PastryOverlay]:
+def _small_ring(n: int, config: PastryConfig) -> tuple[Simulator, SimNetwork]:
     sim = Simulator(SyntheticLatency(1, sites=64), stream(1, "network"))
-    overlay = PastryOverlay(sim, 1, config=config)
+    overlay = SimNetwork(sim, 1, config=config)
     overlay.oracle_bootstrap(overlay.create(n))
     return sim, overlay
 
@@ -241,7 +241,7 @@ def _join_with_id(sim: Simulator, ident: int, contact: bytes) -> PastryNode:
 
 def test_join_through_a_stale_routing_table_entry_completes() -> None:
     sim = Simulator(SyntheticLatency(1, sites=64), stream(1, "network"))
-    overlay = PastryOverlay(sim, 1)
+    overlay = SimNetwork(sim, 1)
     overlay.oracle_bootstrap(overlay.create(50))
     contact = overlay.nodes[0]
     # A node the contact knows only from its routing table (so no keep-alive will notice).
@@ -255,7 +255,7 @@ def test_join_through_a_stale_routing_table_entry_completes() -> None:
     assert joiner.state is State.READY
 
 
-def _join_batch(sim: Simulator, overlay: PastryOverlay, contacts: list[int | None]) -> None:
+def _join_batch(sim: Simulator, overlay: SimNetwork, contacts: list[int | None]) -> None:
     """Nodes join at the same moment (``None``: start the overlay); run until all are READY."""
     new = list(overlay.create(len(contacts)))
     for i, contact in zip(new, contacts, strict=True):
@@ -276,7 +276,7 @@ def test_concurrent_joins_converge(seed: int, leaf_set_size: int) -> None:
         leaf_set_size=leaf_set_size, keepalive_s=0.5, fail_after_s=1.5, join_timeout_s=2.0
     )
     sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
-    overlay = PastryOverlay(sim, seed, config=config)
+    overlay = SimNetwork(sim, seed, config=config)
     _join_batch(sim, overlay, [None])
     sim.run(until=sim.now + SETTLE_S)
     _join_batch(sim, overlay, [0, 0, 0])
@@ -288,7 +288,7 @@ def test_concurrent_joins_converge(seed: int, leaf_set_size: int) -> None:
 def test_leaf_sets_converge_after_a_crash_during_concurrent_joins() -> None:
     seed = 482632349
     sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
-    overlay = PastryOverlay(sim, seed, config=CONFIG)
+    overlay = SimNetwork(sim, seed, config=CONFIG)
     _join_batch(sim, overlay, [None])
     _join_batch(sim, overlay, [0])
     sim.run(until=sim.now + SETTLE_S)

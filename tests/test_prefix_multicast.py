@@ -10,13 +10,13 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dht.ids import IdSpace
-from dht.node import PastryConfig
-from multicast.prefix import MAX_HOPS, split
-from sim.engine import Simulator
-from sim.latency import SyntheticLatency
-from sim.overlay import PastryOverlay
-from sim.streams import stream
+from rangecast.dht.ids import IdSpace
+from rangecast.dht.node import PastryConfig
+from rangecast.multicast.prefix import MAX_HOPS, split
+from rangecast.sim.engine import Simulator
+from rangecast.sim.latency import SyntheticLatency
+from rangecast.sim.network import SimNetwork
+from rangecast.sim.streams import stream
 
 _BASE_EXAMPLES = settings().max_examples
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
@@ -31,14 +31,14 @@ CONFIGS = st.sampled_from(
 )
 
 
-def build(n: int, seed: int, config: PastryConfig) -> PastryOverlay:
+def build(n: int, seed: int, config: PastryConfig) -> SimNetwork:
     sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
-    overlay = PastryOverlay(sim, seed, config=config)
+    overlay = SimNetwork(sim, seed, config=config)
     overlay.oracle_bootstrap(overlay.create(n))
     return overlay
 
 
-def multicast(overlay: PastryOverlay, src: int, keys: list[int]) -> tuple[Counter, int, int]:
+def multicast(overlay: SimNetwork, src: int, keys: list[int]) -> tuple[Counter, int, int]:
     """Run the multicast hop by hop from ``src``: returns how often each (key index, node) was
     served, the largest fan-out seen and the deepest hop."""
     index_of = overlay.sim.index_of
@@ -69,7 +69,7 @@ def multicast(overlay: PastryOverlay, src: int, keys: list[int]) -> tuple[Counte
 
 
 @st.composite
-def key_sets(draw: st.DrawFn, overlay: PastryOverlay) -> list[int]:
+def key_sets(draw: st.DrawFn, overlay: SimNetwork) -> list[int]:
     space = overlay.space
     rng = random.Random(draw(SEEDS, label="key_seed"))
     kind = draw(st.sampled_from(["random", "clustered", "near_nodes", "repeated"]))

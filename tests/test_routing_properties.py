@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dht.errors import LocalProtocolError
-from dht.ids import DEFAULT_SPACE, IdSpace
-from dht.node import Application, PastryConfig, PastryNode
-from dht.routing import Peer
-from sim.engine import Simulator
-from sim.latency import SyntheticLatency
-from sim.overlay import PastryOverlay
-from sim.streams import stream
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
+from rangecast.dht.node import Application, PastryConfig, PastryNode
+from rangecast.dht.routing import Peer
+from rangecast.sim.engine import Simulator
+from rangecast.sim.latency import SyntheticLatency
+from rangecast.sim.network import SimNetwork
+from rangecast.sim.streams import stream
 
 _BASE_EXAMPLES = settings().max_examples
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
@@ -57,17 +57,17 @@ class Recorder(Application):
 
 def build(
     n: int, seed: int, config: PastryConfig | None = None, log: DeliveryLog | None = None
-) -> tuple[Simulator, PastryOverlay]:
+) -> tuple[Simulator, SimNetwork]:
     sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
     factory = (lambda i: Recorder(i, log)) if log is not None else None
-    overlay = PastryOverlay(sim, seed, config=config, app_factory=factory)
+    overlay = SimNetwork(sim, seed, config=config, app_factory=factory)
     overlay.oracle_bootstrap(overlay.create(n))
     if log is not None:
         log.sim = sim
     return sim, overlay
 
 
-def walk(overlay: PastryOverlay, src: int, key: int) -> list[int]:
+def walk(overlay: SimNetwork, src: int, key: int) -> list[int]:
     """Follow ``next_hop`` from node to node; returns the path of node indices."""
     space = overlay.space
     index_of = overlay.sim.index_of
@@ -87,7 +87,7 @@ def walk(overlay: PastryOverlay, src: int, key: int) -> list[int]:
         path.append(nxt)
 
 
-def brute_root(overlay: PastryOverlay, key: int) -> int:
+def brute_root(overlay: SimNetwork, key: int) -> int:
     space = overlay.space
     live = overlay.live()
     return min(live, key=lambda i: (space.distance(overlay.nodes[i].id, key), overlay.nodes[i].id))
@@ -222,7 +222,7 @@ def test_replica_set_rejects_negative_k() -> None:
 
 
 def route_through_engine(
-    sim: Simulator, overlay: PastryOverlay, log: DeliveryLog, lookups: list[tuple[int, int]]
+    sim: Simulator, overlay: SimNetwork, log: DeliveryLog, lookups: list[tuple[int, int]]
 ) -> None:
     """Inject ``(src, key)`` lookups at staggered times and run until all are delivered."""
     log.expected = len(lookups)

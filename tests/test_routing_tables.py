@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dht.ids import DEFAULT_SPACE, IdSpace
-from dht.routing import LeafSet, Peer, RoutingTable, closest_of
+from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
+from rangecast.dht.routing import LeafSet, Peer, RoutingTable, closest_of
 
 #: A tiny ring makes ties, wrap-around and full sides common; the default one is the real shape.
 TINY = IdSpace(bits=8, b=4)

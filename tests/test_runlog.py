@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from dht.errors import LocalProtocolError
-from sim.percentiles import percentile
-from sim.thesis_experiment import (
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.sim.percentiles import percentile
+from rangecast.sim.thesis_experiment import (
     DELIVERY_KINDS,
     INSTALL_KINDS,
     PROBE_KINDS,
@@ -134,8 +134,8 @@ def test_refuses_an_earlier_run_without_force(small_log: tuple[Path, dict]) -> N
 
 
 def test_route_and_lbdd_logs(tmp_path: Path) -> None:
-    from sim.lbdd_experiment import LbddParams, run_lbdd
-    from sim.route_experiment import RouteParams, run_route
+    from rangecast.sim.lbdd_experiment import LbddParams, run_lbdd
+    from rangecast.sim.route_experiment import RouteParams, run_route
 
     for kind, run in (
         ("route", lambda out: run_route(RouteParams(nodes=80, lookups=100), out=out)),

@@ -9,11 +9,11 @@ import random
 import trio
 from runtime_harness import oracle_round
 
-from dht.errors import WireError
-from dht.messages import HopAck, Ping
-from dht.wire import Handle, codec
-from runtime.client import connect
-from runtime.guard import (
+from rangecast.dht.errors import WireError
+from rangecast.dht.messages import HopAck, Ping
+from rangecast.dht.wire import Handle, codec
+from rangecast.runtime.client import connect
+from rangecast.runtime.guard import (
     MAX_WIRE_FRAME,
     FrameReader,
     Sealer,
@@ -21,10 +21,10 @@ from runtime.guard import (
     frame,
     wire_codec,
 )
-from runtime.identity import Identity, PeerAddress
-from runtime.inprocess import start_local_swarm
-from runtime.messages import Authed, Sealed
-from runtime.peer import PeerConfig, PeerRuntime, read_frame
+from rangecast.runtime.identity import Identity, PeerAddress
+from rangecast.runtime.inprocess import start_local_swarm
+from rangecast.runtime.messages import Authed, Sealed
+from rangecast.runtime.peer import PeerConfig, PeerRuntime, read_frame
 
 FRAMES = 100_000
 CONNECTIONS = 10

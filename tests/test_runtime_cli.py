@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-RANGECAST = [sys.executable, "-m", "sim.cli"]
+RANGECAST = [sys.executable, "-m", "rangecast.cli.main"]
 
 
 def rc(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -254,9 +254,9 @@ def test_sixteen_peer_processes_four_killed_with_sigkill(tmp_path: Path) -> None
     events published afterwards reach every live matching subscriber exactly once."""
     import trio
 
-    from pubsub.schema import THESIS_SCHEMA
-    from runtime.client import ClientSubscription, connect
-    from sim.workload import thesis_workload
+    from rangecast.pubsub.schema import THESIS_SCHEMA
+    from rangecast.runtime.client import ClientSubscription, connect
+    from rangecast.sim.workload import thesis_workload
 
     n = 16
     base = free_base(n)

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
-from dht.messages import HopAck, Ping
-from dht.wire import Handle, codec
-from runtime.guard import (
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from rangecast.dht.messages import HopAck, Ping
+from rangecast.dht.wire import Handle, codec
+from rangecast.runtime.guard import (
     MAX_WIRE_FRAME,
     FrameReader,
     FrameTooLarge,
@@ -28,8 +28,8 @@ from runtime.guard import (
     frame,
     wire_codec,
 )
-from runtime.identity import Identity, PeerAddress, StateDir, parse_endpoint
-from runtime.messages import Authed, Sealed, SessionAccept, SessionOpen
+from rangecast.runtime.identity import Identity, PeerAddress, StateDir, parse_endpoint
+from rangecast.runtime.messages import Authed, Sealed, SessionAccept, SessionOpen
 
 ALICE = Identity.generate()
 BOB = Identity.generate()

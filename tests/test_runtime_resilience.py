@@ -24,15 +24,15 @@ import trio
 from runtime_harness import oracle_round as run_oracle_round
 from test_runtime_cli import free_base
 
-from dht.messages import Ping
-from dht.wire import Handle, codec
-from pubsub.schema import THESIS_SCHEMA
-from runtime.client import connect
-from runtime.guard import Sealer, frame
-from runtime.identity import Identity, PeerAddress
-from sim.workload import thesis_workload
+from rangecast.dht.messages import Ping
+from rangecast.dht.wire import Handle, codec
+from rangecast.pubsub.schema import THESIS_SCHEMA
+from rangecast.runtime.client import connect
+from rangecast.runtime.guard import Sealer, frame
+from rangecast.runtime.identity import Identity, PeerAddress
+from rangecast.sim.workload import thesis_workload
 
-RANGECAST = [sys.executable, "-m", "sim.cli"]
+RANGECAST = [sys.executable, "-m", "rangecast.cli.main"]
 #: This file's ports (other test files use OS-picked ports or other ranges).
 PORT_LO, PORT_HI = 7700, 7900
 

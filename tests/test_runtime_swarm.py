@@ -10,11 +10,11 @@ from collections import Counter
 import pytest
 import trio
 
-from pubsub.schema import THESIS_SCHEMA
-from runtime.client import ClientSubscription, connect
-from runtime.inprocess import start_local_swarm
-from runtime.peer import PeerConfig
-from sim.workload import thesis_workload
+from rangecast.pubsub.schema import THESIS_SCHEMA
+from rangecast.runtime.client import ClientSubscription, connect
+from rangecast.runtime.inprocess import start_local_swarm
+from rangecast.runtime.peer import PeerConfig
+from rangecast.sim.workload import thesis_workload
 
 
 @pytest.mark.parametrize("dht", ["pastry", "kademlia"])
@@ -81,8 +81,8 @@ def test_sixteen_peers_deliver_exactly_what_the_oracle_expects(dht: str) -> None
 def test_a_crashed_peer_is_detected_by_keepalives_and_the_rest_still_deliver() -> None:
     from dataclasses import replace
 
-    from runtime.inprocess import leaf_sets_converged
-    from runtime.peer import RUNTIME_PASTRY, PeerConfig
+    from rangecast.runtime.inprocess import leaf_sets_converged
+    from rangecast.runtime.peer import RUNTIME_PASTRY, PeerConfig
 
     fast = PeerConfig(pastry=replace(RUNTIME_PASTRY, keepalive_s=0.5, fail_after_s=1.5))
     names = [a.name for a in THESIS_SCHEMA.attributes]
@@ -127,9 +127,9 @@ def test_four_of_sixteen_peers_crashing_lose_no_subscription_of_the_living(dht: 
     every live matching subscriber exactly once."""
     from dataclasses import replace
 
-    from pubsub.node import OverlayConfig
-    from runtime.inprocess import leaf_sets_converged
-    from runtime.peer import RUNTIME_KADEMLIA, RUNTIME_PASTRY, PeerConfig
+    from rangecast.pubsub.node import OverlayConfig
+    from rangecast.runtime.inprocess import leaf_sets_converged
+    from rangecast.runtime.peer import RUNTIME_KADEMLIA, RUNTIME_PASTRY, PeerConfig
 
     # Everything on a short fuse, so the test needs seconds, not minutes: failure detection,
     # subscriber refresh (which restores pieces whose replicas had not arrived yet when their

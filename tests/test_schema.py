@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dht.errors import LocalProtocolError
-from pubsub.schema import (
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.pubsub.schema import (
     THESIS_SCHEMA,
     Attribute,
     Schema,

@@ -186,7 +186,7 @@ def test_no_thesis_figures_next_to_another_setting() -> None:
 
 
 def test_thesis_comparison_field() -> None:
-    from sim.thesis_experiment import ThesisParams, thesis_comparison
+    from rangecast.sim.thesis_experiment import ThesisParams, thesis_comparison
 
     assert thesis_comparison(ThesisParams(seed=7), 5000, 10_000) == {
         "applies": True,

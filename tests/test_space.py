@@ -12,8 +12,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from dht.errors import LocalProtocolError
-from pubsub.space import (
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.pubsub.space import (
     MAX_DEPTH,
     AttributeSpace,
     TreeId,

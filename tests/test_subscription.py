@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pubsub.schema import THESIS_SCHEMA, Attribute, Schema, SchemaError
-from pubsub.subscription import (
+from rangecast.pubsub.schema import THESIS_SCHEMA, Attribute, Schema, SchemaError
+from rangecast.pubsub.subscription import (
     Range,
     Subscription,
     SubscriptionSyntaxError,
@@ -365,7 +365,7 @@ def test_matches_equals_reference(case: tuple[Schema, Subscription, tuple]) -> N
 
 def test_matches_equals_reference_bulk() -> None:
     # Many random pairs from a fixed seed, complementing the shrinking Hypothesis test above.
-    from sim.workload import THESIS_WORKLOAD, Workload
+    from rangecast.sim.workload import THESIS_WORKLOAD, Workload
 
     rng = random.Random(7)
     w = Workload(T, THESIS_WORKLOAD, random.Random(1))

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from dht.errors import LocalProtocolError
-from dht.kademlia import KademliaConfig, KademliaNode
-from dht.node import PastryConfig, PastryNode
-from dht.substrate import DHTS, SUBSTRATES, DhtConfig, make_dht, substrate, substrate_of
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.kademlia import KademliaConfig, KademliaNode
+from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.dht.substrate import DHTS, SUBSTRATES, DhtConfig, make_dht, substrate, substrate_of
 
 
 def test_names_default_first() -> None:

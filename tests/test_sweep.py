@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.cli import main
-from sim.latency import latency_model
-from sim.sweep import PlanError, load_plan, parse_plan, run_sweep
-from sim.sweep.plan import shipped_plans
-from sim.sweep.runs import recover
-from sim.sweep.table import WALL_COLUMNS
+from rangecast.analysis.sweep import PlanError, load_plan, parse_plan, run_sweep
+from rangecast.analysis.sweep.plan import shipped_plans
+from rangecast.analysis.sweep.runs import recover
+from rangecast.analysis.sweep.table import WALL_COLUMNS
+from rangecast.cli.main import main
+from rangecast.sim.latency import latency_model
 
 SHARED_MATRIX = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "planetlab490_rtt_ms_slice1.txt"
@@ -271,9 +271,9 @@ def _spark_ready() -> str | None:
     if importlib.util.find_spec("pyspark") is None:
         return "pyspark is not installed (pip install -e '.[spark]')"
     try:
-        from sim.report.session import ensure_java
+        from rangecast.analysis.report.session import ensure_java
     except ImportError:
-        return "sim.report.session (the Spark session factory) is not available"
+        return "analysis.report.session (the Spark session factory) is not available"
     try:
         ensure_java()
     except Exception as exc:

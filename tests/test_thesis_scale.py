@@ -16,12 +16,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pubsub.schema import THESIS_SCHEMA
-from pubsub.subscription import Range, Subscription
-from sim import runlog
-from sim.percentiles import ordered_sum
-from sim.thesis_experiment import MatchOracle, ThesisParams, _Deliveries, _summary, run_thesis
-from sim.workload import THESIS_WORKLOAD, Workload
+from rangecast.pubsub.schema import THESIS_SCHEMA
+from rangecast.pubsub.subscription import Range, Subscription
+from rangecast.sim import runlog
+from rangecast.sim.percentiles import ordered_sum
+from rangecast.sim.thesis_experiment import (
+    MatchOracle,
+    ThesisParams,
+    _Deliveries,
+    _summary,
+    run_thesis,
+)
+from rangecast.sim.workload import THESIS_WORKLOAD, Workload
 
 # ------------------------------------------------------------------------------------ oracle
 

@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from dht.core import T_ACK
-from dht.kademlia import KademliaConfig, KademliaNode
-from dht.node import PastryConfig, PastryNode
-from dht.timers import TimerHeap
-from dht.wire import codec
-from multicast.topic_base import TimerKind, TopicConfig, TopicContext
-from pubsub.base import T_PARK, T_RECONCILE, T_REFRESH
-from pubsub.node import _TIMERS as OVERLAY_TIMERS
+from rangecast.dht.core import T_ACK
+from rangecast.dht.kademlia import KademliaConfig, KademliaNode
+from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.dht.timers import TimerHeap
+from rangecast.dht.wire import codec
+from rangecast.multicast.topic_base import TimerKind, TopicConfig, TopicContext
+from rangecast.pubsub.base import T_PARK, T_RECONCILE, T_REFRESH
+from rangecast.pubsub.node import _TIMERS as OVERLAY_TIMERS
 
 
 class _Opaque:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from multicast.flows import (
+from rangecast.multicast.flows import (
     FLOW_TRANSITIONS,
     PUB_INITIAL,
     PUB_TRANSITIONS,
@@ -17,7 +17,7 @@ from multicast.flows import (
     Publication,
     PubState,
 )
-from sim.lbdd_experiment import LbddParams, run_lbdd
+from rangecast.sim.lbdd_experiment import LbddParams, run_lbdd
 
 Seen = set[tuple[Enum | None, Enum]]
 

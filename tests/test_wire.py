@@ -11,12 +11,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-import dht.messages  # registers the DHT message types
-import runtime.messages  # noqa: F401 - registers the runtime's messages (envelope, client API)
-from dht import wire
-from dht.errors import LocalProtocolError, RemoteProtocolError, WireError
-from dht.messages import Ping, Route
-from dht.wire import (
+import rangecast.dht.messages  # registers the DHT message types
+import rangecast.runtime.messages  # registers the runtime's messages (envelope, client API)
+from rangecast.dht import wire
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from rangecast.dht.messages import Ping, Route
+from rangecast.dht.wire import (
     MAX_FRAME_BYTES,
     WIRE_VERSION,
     Codec,
@@ -131,7 +131,7 @@ def test_dht_messages_are_registered_with_tags_in_the_dht_range() -> None:
     for tag, cls in reg.items():
         assert cls.__struct_config__.tag == tag
         assert cls.kind == cls.__name__
-        if cls.__module__ == "dht.messages":
+        if cls.__module__ == "rangecast.dht.messages":
             assert 1 <= tag <= 31
     assert list(reg) == sorted(reg)
 
@@ -302,7 +302,7 @@ def test_encoding_an_unregistered_class_that_reuses_a_registered_tag_raises() ->
 
 def test_encoding_values_the_wire_cannot_carry_raises_local_protocol_error() -> None:
     with pytest.raises(LocalProtocolError, match="cannot encode"):
-        encode(dht.messages.HopAck(2**64))  # beyond MessagePack's integer range
+        encode(rangecast.dht.messages.HopAck(2**64))  # beyond MessagePack's integer range
 
 
 def test_codec_needs_at_least_one_type() -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pubsub.schema import THESIS_SCHEMA, Attribute, Schema, SchemaError
-from pubsub.subscription import parse_subscription
-from sim.workload import (
+from rangecast.pubsub.schema import THESIS_SCHEMA, Attribute, Schema, SchemaError
+from rangecast.pubsub.subscription import parse_subscription
+from rangecast.sim.workload import (
     THESIS_PARAMS,
     THESIS_WORKLOAD,
     AttributeWorkload,

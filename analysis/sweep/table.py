@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sim.sweep.plan import Plan
+from rangecast.analysis.sweep.plan import Plan
 
 FORMAT = "rangecast-sweep"
 VERSION = 1

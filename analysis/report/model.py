@@ -1,5 +1,5 @@
 """The report's data: comparison rows and tables, figures, and the report that holds them
-(built by ``sim.report.build``, shown by ``sim.report.html_page``)."""
+(built by ``analysis.report.build``, shown by ``analysis.report.html_page``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.report.spark_job import RunFigures
+from rangecast.analysis.report.spark_job import RunFigures
 
 
 @dataclass

@@ -14,11 +14,11 @@ from typing import Any
 
 import trio
 
-from dht.errors import LocalProtocolError, RangecastError
-from dht.substrate import SUBSTRATES
-from pubsub.node import OverlayConfig
-from pubsub.schema import Schema, SchemaRegistry, builtin_schemas
-from runtime.identity import Identity, StateDir, parse_endpoint
+from rangecast.dht.errors import LocalProtocolError, RangecastError
+from rangecast.dht.substrate import SUBSTRATES
+from rangecast.pubsub.node import OverlayConfig
+from rangecast.pubsub.schema import Schema, SchemaRegistry, builtin_schemas
+from rangecast.runtime.identity import Identity, StateDir, parse_endpoint
 
 log = logging.getLogger("rangecast.cli")
 
@@ -61,7 +61,7 @@ async def _check_peer_schema(client: Any, name: str, via: str) -> None:
 def _peer_start(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from runtime.peer import RUNTIME_KADEMLIA, PeerConfig, PeerRuntime
+    from rangecast.runtime.peer import RUNTIME_KADEMLIA, PeerConfig, PeerRuntime
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -218,7 +218,7 @@ def _via(text: str) -> tuple[str, int]:
 
 
 def _peer_status(args: argparse.Namespace) -> int:
-    from runtime.client import connect
+    from rangecast.runtime.client import connect
 
     host, port = _via(args.via)
 
@@ -285,8 +285,8 @@ def _format_status(st: dict[str, Any]) -> str:
 
 
 def _subscribe(args: argparse.Namespace) -> int:
-    from pubsub.subscription import parse_subscription
-    from runtime.client import connect
+    from rangecast.pubsub.subscription import parse_subscription
+    from rangecast.runtime.client import connect
 
     host, port = _via(args.via)
     # An unknown schema, a bad file or a bad expression fails here, before connecting.
@@ -347,7 +347,7 @@ def _subscribe(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
-    from runtime.client import connect
+    from rangecast.runtime.client import connect
 
     host, port = _via(args.via)
     values: dict[str, float | None] = {}
@@ -381,7 +381,7 @@ def _publish(args: argparse.Namespace) -> int:
 
 
 def add_runtime_parsers(top: Any) -> None:
-    from runtime import swarm
+    from rangecast.runtime import swarm
 
     peer = top.add_parser("peer", help="run or inspect one real peer")
     peers = peer.add_subparsers(dest="peer_command", required=True, metavar="ACTION")

@@ -14,7 +14,7 @@ Importing this package loads neither pyspark nor matplotlib; they load when a re
 
 from __future__ import annotations
 
-from sim.report.build import build_report
-from sim.report.spark_job import figure_stats, recompute, spark_percentiles
+from rangecast.analysis.report.build import build_report
+from rangecast.analysis.report.spark_job import figure_stats, recompute, spark_percentiles
 
 __all__ = ["build_report", "figure_stats", "recompute", "spark_percentiles"]

@@ -18,7 +18,7 @@ from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sim.report.session import ReportError
+from rangecast.analysis.report.session import ReportError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -1,6 +1,6 @@
 """``rangecast report DIR...``: the command line of the Spark report.
 
-Registered by ``sim.cli.build_parser`` through ``add_report_parser``; nothing here imports
+Registered by ``cli.main.build_parser`` through ``add_report_parser``; nothing here imports
 pyspark or matplotlib until the command runs, so the rest of the CLI starts as fast as before.
 """
 
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.report.session import DEFAULT_MASTER
+from rangecast.analysis.report.session import DEFAULT_MASTER
 
 
 def _json_default(x: Any) -> Any:
@@ -25,7 +25,7 @@ def _json_default(x: Any) -> Any:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from sim.report.build import build_report
+    from rangecast.analysis.report.build import build_report
 
     out_dir = Path(args.out_dir)
     html = Path(args.html) if getattr(args, "html", None) else out_dir / "report.html"

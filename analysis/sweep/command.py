@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import sim.sweep.table as table
-from dht.errors import LocalProtocolError
-from sim.outputs import ensure_writable_dir
-from sim.sweep.plan import Plan, load_plan, shipped_plans
-from sim.sweep.runs import Progress, run_dir, run_local
+import rangecast.analysis.sweep.table as table
+from rangecast.analysis.sweep.plan import Plan, load_plan, shipped_plans
+from rangecast.analysis.sweep.runs import Progress, run_dir, run_local
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.sim.outputs import ensure_writable_dir
 
 DEFAULT_MASTER = "local[2]"
 
@@ -81,7 +81,7 @@ def run_sweep(
     report_problem: str | None = None
     try:
         if spark:
-            from sim.sweep.spark import active_session, run_spark, spark_session
+            from rangecast.analysis.sweep.spark import active_session, run_spark, spark_session
 
             # A session that was already running (a notebook's, a test's) is used, not stopped.
             owned = active_session() is None
@@ -143,13 +143,13 @@ def run_sweep(
 def _build_report(
     run_dirs: list[Path], session: Any, master: str, out: Path, progress: Progress
 ) -> str | None:
-    """One report over the finished runs (sim.report); the problem as text, or None if built."""
+    """One report over the finished runs (analysis.report): the problem as text, None if built."""
     if not run_dirs:
         return "no run finished, so there is nothing to report"
     try:
-        from sim.report.build import build_report
+        from rangecast.analysis.report.build import build_report
     except ImportError as exc:
-        return f"sim.report is not available ({exc})"
+        return f"analysis.report is not available ({exc})"
     progress.say(f"building the report over {len(run_dirs)} runs")
     try:
         built = build_report(

@@ -22,15 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from dht.errors import LocalProtocolError
-from dht.ids import IdSpace
-from dht.kademlia import ROOT_CACHE, KademliaConfig
-from dht.node import Application, PastryConfig, State
-from dht.routing import Peer
-from dht.substrate import SUBSTRATES, DhtConfig, substrate_of
-from sim.engine import Core, Simulator
-from sim.latency import LatencyModel
-from sim.streams import stream
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.ids import IdSpace
+from rangecast.dht.kademlia import ROOT_CACHE, KademliaConfig
+from rangecast.dht.node import Application, PastryConfig, State
+from rangecast.dht.routing import Peer
+from rangecast.dht.substrate import SUBSTRATES, DhtConfig, substrate_of
+from rangecast.sim.engine import Core, Simulator
+from rangecast.sim.latency import LatencyModel
+from rangecast.sim.streams import stream
 
 
 class _RttTo:
@@ -79,7 +79,7 @@ def dht_fields(dht: str, lookup: str, root_cache: int = ROOT_CACHE) -> dict[str,
     }
 
 
-class PastryOverlay:
+class SimNetwork:
     """The DHT nodes of one simulated run (Pastry unless ``config`` is a ``KademliaConfig``)."""
 
     def __init__(

@@ -17,12 +17,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import sim.report.paper as paper
-from dht.substrate import SUBSTRATES
-from sim.outputs import ensure_writable_dir
-from sim.report.model import Figure, Report, Row, Table
-from sim.report.session import DEFAULT_MASTER, ReportError
-from sim.report.spark_job import (
+import rangecast.analysis.report.paper as paper
+from rangecast.analysis.report.model import Figure, Report, Row, Table
+from rangecast.analysis.report.session import DEFAULT_MASTER, ReportError
+from rangecast.analysis.report.spark_job import (
     LATENCY_BIN_MS,
     RunFigures,
     RunLog,
@@ -31,6 +29,8 @@ from sim.report.spark_job import (
     recompute,
     shared_summary,
 )
+from rangecast.dht.substrate import SUBSTRATES
+from rangecast.sim.outputs import ensure_writable_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,7 +76,11 @@ def build_report(
     # Everything that can be refused is refused before Spark starts (a minute of JVM and jobs).
     check_outputs(out, Path(html) if html is not None else None)
 
-    from sim.report.session import check_master, discard_empty_spark_log, spark_session
+    from rangecast.analysis.report.session import (
+        check_master,
+        discard_empty_spark_log,
+        spark_session,
+    )
 
     if spark is None:
         check_master(master)
@@ -179,7 +183,7 @@ def render(
     _lbdd(report)
     html_path = None
     if html is not None:
-        from sim.report.html_page import write_html
+        from rangecast.analysis.report.html_page import write_html
 
         html_path = write_html(report, html, spark_info, run_columns(report.runs))
     return report, html_path
@@ -419,7 +423,7 @@ def _add(
 
 
 def _run_figures(report: Report, out: Path) -> None:
-    import sim.report.plots as plots
+    import rangecast.analysis.report.plots as plots
 
     for f in _thesis(report):
         first = len(report.figures)
@@ -553,7 +557,7 @@ def _run_figures(report: Report, out: Path) -> None:
 def _pairs(report: Report, out: Path, param: str, values: tuple[Any, Any]) -> None:
     """Figures 4.5/4.6 (``probe``) or 4.7/4.8 (``lb``) for each pair of runs differing in it
     and in nothing else (the seed included)."""
-    import sim.report.plots as plots
+    import rangecast.analysis.report.plots as plots
 
     groups: dict[tuple[Any, ...], dict[Any, RunFigures]] = defaultdict(dict)
     for f in _thesis(report):
@@ -789,7 +793,7 @@ def _pairs(report: Report, out: Path, param: str, values: tuple[Any, Any]) -> No
 def _scaling(report: Report, out: Path) -> None:
     """Figures 4.9/4.10: one line per setting (everything but the size and the seed), one
     point per size; only runs of one setting and one size (several seeds) are averaged."""
-    import sim.report.plots as plots
+    import rangecast.analysis.report.plots as plots
 
     runs = _thesis(report)
     lines: dict[tuple[Any, ...], dict[int, list[RunFigures]]] = defaultdict(

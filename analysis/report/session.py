@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dht.errors import RangecastError
+from rangecast.dht.errors import RangecastError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dht.errors import LocalProtocolError
-from sim.sweep.plan import RunSpec
-from sim.sweep.runs import HEARTBEAT_S, Progress, dispatch_order, execute, recover
+from rangecast.analysis.sweep.plan import RunSpec
+from rangecast.analysis.sweep.runs import HEARTBEAT_S, Progress, dispatch_order, execute, recover
+from rangecast.dht.errors import LocalProtocolError
 
 #: Spark settings for simulation tasks (on top of the session's own).
 TASK_CONF = {
@@ -48,7 +48,7 @@ def active_session() -> Any:
 
 
 def spark_session(master: str) -> Any:
-    """The report's SparkSession (``sim.report.session``: Java, quiet logs, no UI, loopback),
+    """The report's SparkSession (``analysis.report.session``: Java, quiet logs, no UI, loopback),
     started with the task settings when it does not exist yet.
 
     Those settings must be in place before the JVM and SparkContext start. The report's factory
@@ -56,7 +56,7 @@ def spark_session(master: str) -> Any:
     through ``PYSPARK_SUBMIT_ARGS`` (what ``pyspark --conf`` does), which the JVM the factory
     launches reads as its defaults.
     """
-    from sim.report.session import spark_session as report_session
+    from rangecast.analysis.report.session import spark_session as report_session
 
     try:
         from pyspark import SparkContext

@@ -9,23 +9,23 @@ import typing
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from dht.errors import RangecastError
-from sim.options import (
+from rangecast.dht.errors import RangecastError
+from rangecast.sim.options import (
     add_out_option,
     finite_float,
     missing_value,
     non_negative_float,
     positive_float,
 )
-from sim.outputs import emit_result
-from sim.progress import progress_for
+from rangecast.sim.outputs import emit_result
+from rangecast.sim.progress import progress_for
 
 if TYPE_CHECKING:
     pass
 
 
 def _route(args: argparse.Namespace) -> int:
-    from sim.route_experiment import RouteParams, run_route
+    from rangecast.sim.route_experiment import RouteParams, run_route
 
     params = RouteParams(
         nodes=args.nodes,
@@ -53,8 +53,8 @@ def _route(args: argparse.Namespace) -> int:
 
 
 def _thesis(args: argparse.Namespace) -> int:
-    from pubsub.node import OverlayConfig
-    from sim.thesis_experiment import ThesisParams, run_thesis
+    from rangecast.pubsub.node import OverlayConfig
+    from rangecast.sim.thesis_experiment import ThesisParams, run_thesis
 
     params = ThesisParams(
         nodes=args.nodes,
@@ -90,7 +90,7 @@ def _thesis(args: argparse.Namespace) -> int:
 
 
 def _churn(args: argparse.Namespace) -> int:
-    from sim.churn_experiment import ChurnParams, run_churn
+    from rangecast.sim.churn_experiment import ChurnParams, run_churn
 
     params = ChurnParams(
         nodes=args.nodes,
@@ -211,8 +211,8 @@ def _print_thesis_summary(r: dict[str, Any]) -> None:
 
 
 def _add_dht(parser: argparse.ArgumentParser) -> None:
-    from dht.kademlia import LOOKUP_MODES, ROOT_CACHE
-    from dht.substrate import DHTS
+    from rangecast.dht.kademlia import LOOKUP_MODES, ROOT_CACHE
+    from rangecast.dht.substrate import DHTS
 
     parser.add_argument(
         "--dht",
@@ -238,7 +238,7 @@ def _add_dht(parser: argparse.ArgumentParser) -> None:
 
 
 def _dht_name(r: dict[str, Any]) -> str:
-    from dht.substrate import SUBSTRATES
+    from rangecast.dht.substrate import SUBSTRATES
 
     spec = SUBSTRATES[r.get("dht") or "pastry"]
     if spec.has_lookup:
@@ -330,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sim = top.add_parser("sim", help="run a simulated experiment")
     sims = sim.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
-    from sim.report.cli import add_report_parser
+    from rangecast.cli.report import add_report_parser
 
     add_report_parser(top)
 
@@ -516,13 +516,13 @@ def build_parser() -> argparse.ArgumentParser:
     churn.add_argument("--quiet", action="store_true", help="no progress on stderr")
     churn.set_defaults(func=_churn)
 
-    from sim.lbdd_experiment import add_lbdd_parser
-    from sim.sweep import add_sweep_parser
+    from rangecast.analysis.sweep import add_sweep_parser
+    from rangecast.sim.lbdd_experiment import add_lbdd_parser
 
     add_lbdd_parser(sims)
     add_sweep_parser(sims)
 
-    from runtime.cli import add_runtime_parsers
+    from rangecast.cli.peer import add_runtime_parsers
 
     add_runtime_parsers(top)
     _same_help(parser)

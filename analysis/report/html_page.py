@@ -14,9 +14,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-import sim.report.paper as paper
-from sim.report.model import Report, Row
-from sim.report.spark_job import flatten
+import rangecast.analysis.report.paper as paper
+from rangecast.analysis.report.model import Report, Row
+from rangecast.analysis.report.spark_job import flatten
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1300px; color: #222; }

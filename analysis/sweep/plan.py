@@ -23,10 +23,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dht.errors import RangecastError
-from pubsub.node import OverlayConfig
-from sim.latency import NAMED_MATRICES
-from sim.thesis_experiment import ThesisParams
+from rangecast.dht.errors import RangecastError
+from rangecast.pubsub.node import OverlayConfig
+from rangecast.sim.latency import NAMED_MATRICES
+from rangecast.sim.thesis_experiment import ThesisParams
 
 TOP_KEYS = ("name", "description", "scenario", "seeds", "base", "grid")
 SCENARIOS = ("thesis",)
@@ -106,8 +106,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def shipped_plans() -> list[str]:
-    """Names of the plans shipped in ``sim/plans/``."""
-    folder = resources.files("sim") / "plans"
+    """Names of the plans shipped in ``analysis/plans/``."""
+    folder = resources.files("rangecast.analysis") / "plans"
     return sorted(
         p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")
     )
@@ -123,7 +123,9 @@ def find_plan(name_or_path: str) -> tuple[str, str, Path | None]:
             raise PlanError(f"{path}: cannot read the plan: {exc}") from exc
     name = name_or_path.removesuffix(".toml")
     if re.fullmatch(r"[A-Za-z0-9_.-]+", name) and name in shipped_plans():
-        text = (resources.files("sim") / "plans" / f"{name}.toml").read_text(encoding="utf-8")
+        text = (resources.files("rangecast.analysis") / "plans" / f"{name}.toml").read_text(
+            encoding="utf-8"
+        )
         return text, f"<shipped>/{name}.toml", None
     raise PlanError(
         f"{name_or_path}: no such plan file, and not a shipped plan "

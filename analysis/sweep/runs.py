@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.sweep.plan import RunSpec
+from rangecast.analysis.sweep.plan import RunSpec
 
 #: Seconds between "still running" lines while runs go on.
 HEARTBEAT_S = 60.0
@@ -37,7 +37,7 @@ def execute(spec: RunSpec, out: str, *, announce: bool = False) -> dict[str, Any
     ``announce``: print start and end lines to stderr (Spark tasks: in local mode the driver's
     console shows a worker's stderr, which is the only per-run progress Spark can give).
     """
-    from sim.thesis_experiment import run_thesis
+    from rangecast.sim.thesis_experiment import run_thesis
 
     where = run_dir(out, spec)
     if announce:

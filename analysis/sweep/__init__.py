@@ -6,8 +6,8 @@ runs in local processes or as Spark tasks, collected into one table and one repo
 sweep``. docs/sweeps.md describes the plan format and what a sweep produces.
 """
 
-from sim.sweep.command import SweepResult, add_sweep_parser, run_sweep
-from sim.sweep.plan import Plan, PlanError, RunSpec, load_plan, parse_plan
+from rangecast.analysis.sweep.command import SweepResult, add_sweep_parser, run_sweep
+from rangecast.analysis.sweep.plan import Plan, PlanError, RunSpec, load_plan, parse_plan
 
 __all__ = [
     "Plan",

@@ -1,0 +1,1 @@
+"""Analysis above the drivers: Spark reports of run logs and parameter sweeps."""

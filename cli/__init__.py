@@ -1,0 +1,1 @@
+"""The ``rangecast`` command line: one parser built from the subcommand modules."""

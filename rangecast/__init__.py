@@ -1,0 +1,14 @@
+"""Rangecast: content-based publish/subscribe over a structured peer-to-peer network.
+
+The repository keeps one folder per layer at its top (``dht/``, ``multicast/``, ``pubsub/``,
+``sim/``, ``runtime/``, ``analysis/``, ``cli/``); this package links them under the one import
+name ``rangecast`` so an installed Rangecast adds nothing else to ``sys.path``
+(docs/architecture.md, "Packaging").
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("rangecast")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
