@@ -156,12 +156,11 @@ def _overlay(params: ChurnParams, say: Progress) -> tuple[Simulator, SimNetwork,
     model = latency_model(params.latency, seed)
     sim = Simulator(model, stream(seed, "network"), progress=say.engine_hook)
     cap_rng = stream(seed, "capacity")
-    proto_rng = stream(seed, "overlay")
     overlay_cfg = replace(params.overlay, replicas=params.replicas)
 
     def make_core(i: int, node: PastryNode) -> OverlayPeer:
         cap = cap_rng.randint(*params.capacity)
-        return OverlayPeer(node, schemas=registry, capacity=cap, rng=proto_rng, overlay=overlay_cfg)
+        return OverlayPeer(node, schemas=registry, capacity=cap, rng=node.rng, overlay=overlay_cfg)
 
     cfg = dht_config(params.dht, lookup=params.lookup, root_cache=params.root_cache)
     return sim, SimNetwork(sim, seed, config=cfg, core_factory=make_core), model

@@ -136,11 +136,10 @@ class _Net:
             progress=progress.engine_hook,
         )
         cfg = TopicConfig(slice_bytes=params.slice_bytes, send_budget_slices=params.window_slices)
-        rng = stream(seed, "topic")
         self.peers: list[TopicPeer] = []
 
         def make(i: int, node: PastryNode) -> TopicPeer:
-            peer = TopicPeer(node, rng, cfg)
+            peer = TopicPeer(node, node.rng, cfg)
             self.peers.append(peer)
             return peer
 

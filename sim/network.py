@@ -30,7 +30,7 @@ from rangecast.dht.routing import Peer
 from rangecast.dht.substrate import SUBSTRATES, DhtConfig, substrate_of
 from rangecast.sim.engine import Core, Simulator
 from rangecast.sim.latency import LatencyModel
-from rangecast.sim.streams import stream
+from rangecast.sim.streams import node_stream, stream
 
 
 class _RttTo:
@@ -106,7 +106,6 @@ class SimNetwork:
         self.peers: list[Peer] = []
         self._ids_rng = stream(seed, "ids")
         self._place_rng = stream(seed, "placement")
-        self._proto_rng = stream(seed, "protocol")
         self._taken: set[int] = set()
 
     # ---------------------------------------------------------------------------- creation
@@ -126,7 +125,7 @@ class SimNetwork:
             node = self.substrate.node(
                 ident,
                 addr,
-                self._proto_rng,
+                node_stream(self.seed, ident),
                 config=self.cfg,
                 proximity=_RttTo(i, self.sim.latency, self.sim.index_of),
                 app=app,

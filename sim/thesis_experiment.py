@@ -511,7 +511,6 @@ def _run_thesis(
     model = latency_model(params.latency, seed)
     sim = Simulator(model, stream(seed, "network"), progress=say.engine_hook)
     cap_rng = stream(seed, "capacity")
-    proto_rng = stream(seed, "overlay")
     # The thesis' evaluation has no churn, so no replication (its cost is measured by the churn
     # experiment instead, which switches failure detection on).
     overlay_cfg = replace(params.overlay, load_balancing=params.lb, replicas=1)
@@ -521,7 +520,7 @@ def _run_thesis(
     def make_core(i: int, node: PastryNode) -> OverlayPeer:
         cap = cap_rng.randint(*params.capacity)
         capacities.append(cap)
-        return OverlayPeer(node, schemas=registry, capacity=cap, rng=proto_rng, overlay=overlay_cfg)
+        return OverlayPeer(node, schemas=registry, capacity=cap, rng=node.rng, overlay=overlay_cfg)
 
     # No churn in this experiment: leaf-set keep-alives and hop acknowledgements would only
     # cost wall time (and acks would double the routed messages); the thesis' simulator had
