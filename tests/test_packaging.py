@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -36,8 +37,12 @@ def _run(*argv: str | Path, cwd: Path) -> str:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("install")
+    # Build from a copy (links kept as links), so the build leaves nothing in the checkout.
+    src = tmp / "src"
+    skip = shutil.ignore_patterns(".*", "build", "*.egg-info", "runs", "bench", "__pycache__")
+    shutil.copytree(ROOT, src, symlinks=True, ignore=skip)
     wheels = tmp / "wheels"
-    _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, ROOT, cwd=tmp)
+    _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, src, cwd=tmp)
     (wheel,) = wheels.glob("rangecast-*.whl")
     env = tmp / "env"
     venv.create(env, with_pip=True)
