@@ -1,0 +1,1 @@
+"""The broker-overlay systems of the reference papers, as sans-IO cores."""
