@@ -4,13 +4,14 @@ POP's walk to the weighted 1-median (seed 004, Fig. 1) and GRAPE's selection."""
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rangecast.brokers import kyra, octopia
+from rangecast.brokers import grape, kyra, octopia, pop
 
 # ------------------------------------------------------------------------------------- Kyra
 SERVERS = "ABCDEFGH"
@@ -285,3 +286,186 @@ def test_octopia_idr_delivers_like_snr(seed: int) -> None:
         want = {s for b in net.brokers.values() for s, (box, last) in b.prt.items()
                 if last is None and octopia.contains(box, e)}  # fmt: skip
         assert {s for _, s in snr} == want
+
+
+# -------------------------------------------------------------------------------------- POP
+#: Fig. 1 is an image; the smallest tree consistent with the text: B1's rows B2 6, B4 3, B5 15
+#: and local 1; B7 and B8 downstream of B6, which is downstream of B5 (B3 sits past B2).
+FIG1 = {"B1": ["B2", "B4", "B5"], "B2": ["B1", "B3"], "B3": ["B2"], "B4": ["B1"],
+        "B5": ["B1", "B6"], "B6": ["B5", "B7", "B8"], "B7": ["B6"], "B8": ["B6"]}  # fmt: skip
+FIG1_DELIVERIES = {"B1": 1, "B2": 4, "B3": 2, "B4": 3, "B5": 0, "B6": 5, "B7": 5, "B8": 5}
+
+
+def test_pop_fig1_walk() -> None:
+    tables: dict[Hashable, pop.PPTable] = {}
+    trms = pop.trace_once(FIG1, "B1", FIG1_DELIVERIES, tables)
+    assert trms == 7  # one per broker reached but the source (B5 only forwards: it answers too)
+    assert tables["B1"].rows == {"B1": 1, "B2": 6, "B4": 3, "B5": 15}
+    sent, end = pop.walk("B1", tables)
+    # B1: 15 > 6 + 3 + 1 -> B5 with up 10; B5: B6's row beats it -> B6; B6 stays
+    assert [(f.to, f.up) for f in sent] == [("B5", 10), ("B6", 10)]
+    assert end == pop.Answer(("B6", "B5", "B1"))
+    # the text's slip: B6 sees 10 (< 12.5) upstream, not 15, else it would not be the median
+    assert sent[-1].up < 12.5
+
+
+def test_pop_pptable_running_average() -> None:
+    t = pop.PPTable("b")
+    t.record({"b": 2, "n1": 8})  # the first trace sets the rows
+    assert t.rows == {"b": 2, "n1": 8}
+    t.record({"b": 6, "n2": 4})  # n1 got nothing this time: it counts 0; n2 was 0 before
+    assert t.rows == {"b": 0.25 * 6 + 0.75 * 2, "n1": 0.75 * 8, "n2": 0.25 * 4}
+    assert t.local == 3.0
+    t.clear()
+    assert t.rows == {} and t.traces == 0
+
+
+def test_pop_trace_probability_and_reply() -> None:
+    assert [pop.p_trace(t, 50) for t in (0, 25, 50, 60)] == [1.0, 0.5, 0.0, 0.0]
+    rng = random.Random(7)
+    tagged = 0
+    for _ in range(10_000):  # one window of a fast publisher: at most N tags
+        tagged += pop.should_trace(rng, tagged)
+    assert tagged == pop.N_TRACE
+    r = pop.TraceReply(2, {"x", "y"})
+    r.on_trm("x", 3)
+    assert not r.ready
+    r.on_trm("y", 4)
+    assert r.ready and r.total == 9
+
+
+def random_tree(rng: random.Random, n: int) -> dict[Hashable, list[Hashable]]:
+    adj: dict[Hashable, list[Hashable]] = {i: [] for i in range(n)}
+    for v in range(1, n):
+        u = rng.randrange(v)
+        adj[u].append(v)
+        adj[v].append(u)
+    return adj
+
+
+def hops_from(adj: Mapping[Hashable, Sequence[Hashable]], src: Hashable) -> dict[Hashable, int]:
+    dist = {src: 0}
+    frontier = [src]
+    while frontier:
+        nxt = []
+        for u in frontier:
+            for v in adj[u]:
+                if v not in dist:
+                    dist[v] = dist[u] + 1
+                    nxt.append(v)
+        frontier = nxt
+    return dist
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 25))
+def test_pop_walk_ends_at_a_weighted_1_median(seed: int, n: int) -> None:
+    rng = random.Random(seed)
+    adj = random_tree(rng, n)
+    deliveries = {b: rng.choice((0, 0, 1, 2, 5, 20)) for b in adj}
+    source = rng.randrange(n)
+    tables: dict[Hashable, pop.PPTable] = {}
+    pop.trace_once(adj, source, deliveries, tables)
+    sent, end = pop.walk(source, tables)
+    target = end.path[0] if isinstance(end, pop.Answer) else source
+
+    def cost(c: Hashable) -> int:
+        d = hops_from(adj, c)
+        return sum(deliveries[b] * d[b] for b in adj)
+
+    assert cost(target) == min(cost(c) for c in adj)
+    # a simple path from the source along tree edges: the walk never turns back
+    path = [source, *(f.to for f in sent)]
+    assert len(set(path)) == len(path)
+    assert all(b in adj[a] for a, b in itertools.pairwise(path))
+    if isinstance(end, pop.Answer):
+        assert end.path == tuple(reversed(path))
+    else:
+        assert end == pop.Abort() and not sent
+
+
+# ------------------------------------------------------------------------------------ GRAPE
+#: A - B - C and B - D; 4 publications in the session: C delivers the first two to 2 local
+#: subscribers each, D all four to 1 each. Every hop costs qm = 0.5 + 0.25 + 0.25 = 1.
+def small_grape() -> grape.Grape:
+    nbrs = {"A": ("B",), "B": ("A", "C", "D"), "C": ("B",), "D": ("B",)}
+    bits = {"A": 0, "B": 0, "C": 0b0011, "D": 0b1111}
+    deliv = {"A": 0, "B": 0, "C": 4, "D": 4}
+    return grape.Grape({
+        b: grape.TraceInfo(nbrs[b], bits[b], deliv[b], 0.5, 0.25,
+                           {n: 0.25 for n in (*nbrs[b], grape.CLIENT)})
+        for b in nbrs
+    })  # fmt: skip
+
+
+PINGS = {"A": 10.0, "B": 5.0, "C": 30.0, "D": 60.0}
+
+
+def test_grape_hand_computed_example() -> None:
+    g = small_grape()
+    # rooted at A: A 4 + B 4 + C 2 + D 4; at B: 4 + A 0 + C 2 + D 4; at C: C 4 + B 4 + D 4;
+    # at D: D 4 + B 2 (A|B|C) + C 2
+    assert [g.msg_rate(c) for c in "ABCD"] == [14, 10, 12, 8]
+    # at A: cum 10, B 11, C and D 12, each delivery + 1 -> 13; at B: 5 + 1 + 1 = 7;
+    # at C: 4 x 31 + 4 x 33 over 8 = 32; at D: 4 x 61 + 4 x 63 over 8 = 62
+    assert [g.avg_delay(c, PINGS[c]) for c in "ABCD"] == [13.0, 7.0, 32.0, 62.0]
+    # with RTT/2 = 10 per tree hop: at B, each delivery one hop further -> 17
+    assert g.avg_delay("B", 5.0, lambda a, b: 10.0) == 17.0
+    cands = list("ABCD")
+    assert g.select(cands, PINGS, "load", 100) == "D"  # the minimum rate, delay 62
+    assert g.select(cands, PINGS, "delay", 100) == "B"  # the minimum delay
+    # load1: rates normalised A 100, B 33, C 67, D 0; A goes, B has the lowest delay of the
+    # rest: the same as delay100, as the paper says
+    assert g.select(cands, PINGS, "load", 1) == "B"
+    # delay1 drops only D (delay 100 after normalising); B has the lowest rate of the rest
+    assert g.select(cands, PINGS, "delay", 1) == "B"
+    # load50 keeps D (0) and B (33): the lower delay wins
+    assert g.select(cands, PINGS, "load", 50) == "B"
+    assert g.select(cands, PINGS, "load", 75) == "D"
+
+
+def test_grape_session_log() -> None:
+    log = grape.SessionLog(212)
+    log.deliver(212, 3)
+    log.deliver(214, 1)
+    log.deliver(215, 0)  # received, nothing delivered here: no bit
+    assert log.bits == 0b101 and log.deliveries == 4
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 20), st.integers(1, 12))
+def test_grape_priorities_at_100_pick_the_argmins(seed: int, n: int, g_bits: int) -> None:
+    rng = random.Random(seed)
+    adj = random_tree(rng, n)
+    infos = {}
+    for b in adj:
+        bits = rng.getrandbits(g_bits) if rng.random() < 0.5 else 0
+        out = {x: rng.choice((0.0, 0.5, 2.0)) for x in (*adj[b], grape.CLIENT)}
+        deliv = bits.bit_count() * rng.randrange(1, 4)
+        in_q, match = rng.choice((0.0, 1.0)), rng.choice((0.25, 1.0))
+        infos[b] = grape.TraceInfo(tuple(adj[b]), bits, deliv, in_q, match, out)
+    g = grape.Grape(infos)
+    cands = [b for b in adj if rng.random() < 0.7] or [0]
+    pings = {c: rng.uniform(0, 50) for c in cands}
+    rates = {c: g.msg_rate(c) for c in cands}
+    delays = {c: g.avg_delay(c, pings[c]) for c in cands}
+    assert rates[g.select(cands, pings, "load", 100)] == min(rates.values())
+    assert delays[g.select(cands, pings, "delay", 100)] == min(delays.values())
+    # msgRate by brute force: per publication, the brokers on the paths from c to its holders
+    for c in cands:
+        parent = {c: None}
+        order = [c]
+        for u in order:
+            for v in adj[u]:
+                if v not in parent:
+                    parent[v] = u
+                    order.append(v)
+        brute = 0
+        for k in range(g_bits):
+            on: set[Hashable] = set()
+            for b in adj:
+                x: Hashable | None = b
+                if infos[b].bits >> k & 1:
+                    while x is not None and x not in on:
+                        on.add(x)
+                        x = parent[x]
+            brute += len(on)
+        assert rates[c] == brute
