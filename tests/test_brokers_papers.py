@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 
 from hypothesis import given
@@ -112,6 +113,56 @@ def test_kyra_toy_every_event_reaches_exactly_its_subscribers() -> None:
             # each origin gets the event once: from the proxy, or it is the proxy itself
             proxied = [d for _, d, kind in r.messages if kind == "proxy"]
             assert len(proxied) == len(set(proxied))
+
+
+def test_kyra_covering_keeps_the_routes_with_fewer_entries() -> None:
+    zones = {s: ((lo, hi),) for s, (lo, hi) in ZONES.items()}
+    subs = [*toy_subs(), kyra.Subscription("G-wide", "G", ((4, 6),))]  # covers G4 and G6
+    full = kyra.build(CLIQUES, zones, TREE_ZONES, subs, toy_latency)
+    cov = kyra.build(CLIQUES, zones, TREE_ZONES, subs, toy_latency, covering=True)
+
+    def size(k: kyra.Kyra) -> int:
+        return sum(len(b) for tab in k.tables for row in tab.values() for b in row.values())
+
+    assert size(cov) < size(full)
+    for src in SERVERS:
+        for x in range(10):
+            a, b = kyra.route(full, src, (x,)), kyra.route(cov, src, (x,))
+            assert a.messages == b.messages and a.delivered == b.delivered
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 14), st.integers(1, 2))
+def test_kyra_random_networks_deliver_exactly_once(seed: int, n: int, dims: int) -> None:
+    """HAC on random coordinates, k-d zones, MST trees: every event reaches exactly the
+    subscriptions that match it, each once, whoever publishes it."""
+    rng = random.Random(seed)
+    servers = list(range(n))
+    xy = {s: (rng.uniform(0, 100), rng.uniform(0, 100)) for s in servers}
+
+    def dist(a: Hashable, b: Hashable) -> float:
+        (ax, ay), (bx, by) = xy[a], xy[b]
+        return ((ax - bx) ** 2 + (ay - by) ** 2) ** 0.5
+
+    cliques = kyra.hac_cliques(servers, dist, rng.uniform(10, 80), rng.randrange(1, 6))
+    domain = tuple((0.0, 100.0) for _ in range(dims))
+    sample = [tuple(rng.uniform(0, 100) for _ in range(dims)) for _ in range(60)]
+    subs = []
+    for i in range(rng.randrange(25)):
+        lo = [rng.uniform(0, 95) for _ in range(dims)]
+        box = tuple((a, a + rng.uniform(0, 40)) for a in lo)
+        subs.append(kyra.Subscription(i, rng.choice(servers), box))
+    zone: dict[Hashable, kyra.Box] = {}
+    for c in cliques:
+        mine = [s.box for s in subs if s.origin in c]
+        zone.update(zip(c, kyra.kd_partition(domain, len(c), sample, mine), strict=True))
+    t = max(len(c) for c in cliques)
+    k = kyra.build(cliques, zone, kyra.kd_partition(domain, t, sample, beta=0.0), subs, dist)
+    for e in sample[:20]:
+        want = Counter(s.sub_id for s in subs if kyra.contains(s.box, e))
+        r = kyra.route(k, rng.choice(servers), e)
+        assert Counter(r.delivered) == want
+        tree_hops = [(a, b) for a, b, kind in r.messages if kind == "tree"]
+        assert len(set(tree_hops)) == len(tree_hops)
 
 
 @given(st.integers(0, 2**32 - 1), st.integers(1, 9), st.integers(1, 3))
