@@ -12,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rangecast.brokers.filters import Box, covers, intersect, matches, overlaps
-from rangecast.brokers.messages import box_from_wire, box_to_wire, broker_codec
+from rangecast.brokers.messages import (
+    Advertise,
+    Publish,
+    Subscribe,
+    box_from_wire,
+    box_to_wire,
+    broker_codec,
+)
 from rangecast.pubsub.schema import Attribute, Schema, SchemaError
 from rangecast.pubsub.subscription import Range, Subscription, parse_subscription
 
@@ -116,4 +123,10 @@ def test_box_size_on_the_wire() -> None:
     # the three masks and the array headers.
     s = Schema("four", tuple(Attribute(f"a{i}", "float", 0, 1000) for i in range(4)))
     w = box_to_wire(Box.from_ranges(s, {0: Range(1.5, 2.5)}))
-    assert len(broker_codec().raw_encode(w)) == 64 + 8 + 3 + 3
+    codec = broker_codec()
+    assert len(codec.raw_encode(w)) == 64 + 8 + 3 + 3
+    big = 17 << 32 | 5  # an id as brokers draw them
+    assert codec.size(Subscribe(0, big, w, 17)) == 94
+    assert codec.size(Advertise(0, big, w)) == 92
+    assert codec.size(Publish(0, big, [1.5, 2.5, 3.5, 4.5])) == 52
+    assert codec.decode(codec.encode(Subscribe(0, big, w, 17, [3]))).tids == [3]

@@ -8,16 +8,18 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import msgspec
 import pytest
 from broker_harness import BrokerNet, oracle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rangecast.brokers.broker import PADRES_TID, Broker, RoutingConfig, padres, siena
+from rangecast.brokers.broker import PADRES_TID, Broker, RoutingConfig, Strategy, padres, siena
 from rangecast.brokers.filters import Box, matches
 from rangecast.brokers.graphs import BrokerGraph, kary_tree, latency_mst, scot
 from rangecast.brokers.messages import Advertise, Control, Publish, Subscribe, Unsubscribe
 from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.wire import Message
 from rangecast.pubsub.schema import Attribute, Schema
 from rangecast.pubsub.subscription import Range
 
@@ -249,3 +251,48 @@ def test_matching_counts_entries_scanned() -> None:
         False,
         True,
     ]
+
+
+class _Tagger(Strategy):
+    """A system's hooks in miniature: stamp a header on publications, answer a control op, turn
+    local deliveries into a control message to broker 0 (as Kyra's proxies do to the origin)."""
+
+    def __init__(self) -> None:
+        self.controls: list[tuple[int, int]] = []
+
+    def before_send(self, broker: Broker, dst: int, msg: Message, now: float) -> Message | None:
+        if isinstance(msg, Publish):
+            return msgspec.structs.replace(msg, hdr=[*msg.hdr, broker.id])
+        return msg
+
+    def on_deliver(
+        self, broker: Broker, msg: Publish, sids: tuple[int, ...], src: int, now: float
+    ) -> bool:
+        if broker.id == 0:
+            return False
+        broker.send(broker.neighbours(0)[0], Control(0, 7, msg.eid, list(msg.hdr)), now)
+        return True
+
+    def on_control(self, broker: Broker, msg: Control, src: int, now: float) -> None:
+        self.controls.append((src, msg.op))
+        broker.set_timer(now + 5.0, "late", msg.ref)
+
+    def on_timer(self, broker: Broker, kind: str, arg: object, now: float) -> None:
+        self.controls.append((-1, now))
+
+
+def test_strategy_hooks() -> None:
+    g = kary_tree(range(3), 1)  # a path 0 - 1 - 2
+    tags = {v: _Tagger() for v in range(3)}
+    net = BrokerNet(g, [g.overlay("o")], SCHEMA, siena(), strategy=tags.__getitem__)
+    net.subscribe(2, Box.whole(SCHEMA))
+    net.publish(0, (1.0, 1.0))
+    pubs = net.publications()
+    assert [list(p.msg.hdr) for p in pubs] == [[0], [0, 1]]  # type: ignore[attr-defined]
+    assert not net.delivered  # the strategy took the delivery over
+    assert tags[1].controls == [(2, 7)]
+    b1 = net.brokers[1]
+    assert b1.get_timer() == 5.0 and b1.stats.control_out.get("Control:7") is None
+    assert net.brokers[2].stats.control_out["Control:7"] == 1
+    b1.handle_timer(5.0)
+    assert tags[1].controls[-1] == (-1, 5.0) and b1.get_timer() is None
