@@ -19,6 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dht",),
     ("multicast",),
     ("pubsub",),
+    ("brokers",),
     ("sim", "runtime"),
     ("analysis",),
     ("cli",),
