@@ -58,14 +58,10 @@ def _value_type(entry: Entry) -> Callable[[str], Any] | None:
 
 def add_params(parser: argparse.ArgumentParser, params_type: type) -> None:
     """One option per command-line field of ``params_type``, in field order."""
-    dht_done = False
+    dht = {e.name: e.default for e in entries(params_type) if e.option is None}
     for entry in entries(params_type):
         opt = entry.option
         if opt is None:
-            if not dht_done:
-                defaults = {e.name: e.default for e in entries(params_type) if e.option is None}
-                add_dht_options(parser, dht=defaults["dht"], root_cache=defaults["root_cache"])
-                dht_done = True
             continue
         kw: dict[str, Any] = {"dest": entry.name, "help": opt.help}
         if opt.style == "negated":
@@ -82,6 +78,9 @@ def add_params(parser: argparse.ArgumentParser, params_type: type) -> None:
             # Named after the option, as argparse would without ``dest``: --window WINDOW.
             kw["metavar"] = opt.flag.lstrip("-").replace("-", "_").upper()
         parser.add_argument(_flag(entry), **kw)
+    if dht:
+        # After the scenario's own options, as every command lists them.
+        add_dht_options(parser, dht=dht["dht"], root_cache=dht["root_cache"])
 
 
 def params_from_args(params_type: type, args: argparse.Namespace) -> Any:

@@ -18,9 +18,7 @@ what they held.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from rangecast.dht.errors import LocalProtocolError
@@ -29,9 +27,9 @@ from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
 from rangecast.pubsub.subscription import Subscription
 from rangecast.sim.engine import Simulator
-from rangecast.sim.network import ROOT_CACHE, SimNetwork, dht_config
-from rangecast.sim.options import non_negative_float, positive_float, require_finite
-from rangecast.sim.scenario import Scenario, SubstrateResult, dht_fields_of, dht_param, param
+from rangecast.sim.network import SimNetwork
+from rangecast.sim.options import non_negative_float, positive_float
+from rangecast.sim.scenario import OnDht, Scenario, SubstrateResult, param
 from rangecast.sim.thesis_experiment import MatchOracle
 from rangecast.sim.workload import THESIS_WORKLOAD, Workload
 
@@ -49,7 +47,7 @@ DHT_REPAIR_KINDS = (
 
 
 @dataclass(frozen=True, slots=True)
-class ChurnParams:
+class ChurnParams(OnDht):
     nodes: int = param(2000, "overlay size")
     fail_fraction: float = param(0.2, "fraction of peers that crash at once")
     replicas: int = param(3, "copies of every tree node (1: no replication)")
@@ -85,26 +83,9 @@ class ChurnParams:
     churn_pub_gap_ms: float = 1000.0
     capacity: tuple[int, int] = (10, 30)
     overlay: OverlayConfig = field(default_factory=OverlayConfig)
-    dht: str = dht_param("pastry")
-    lookup: str = dht_param("iterative")
-    #: Kademlia iterative lookups: roots remembered per node (0: a lookup per message).
-    root_cache: int = dht_param(ROOT_CACHE)
 
     def check(self) -> None:
-        dht_config(self.dht, lookup=self.lookup, root_cache=self.root_cache)
-        require_finite(
-            {
-                "--fail-fraction": self.fail_fraction,
-                "--subs-per-node": self.subs_per_node,
-                "--repair-s": self.repair_s,
-                "--session-median": self.session_median_s,
-                "--duration-s": self.duration_s,
-                "settle_s": self.settle_s,
-                "sub_gap_ms": self.sub_gap_ms,
-                "pub_gap_ms": self.pub_gap_ms,
-                "churn_pub_gap_ms": self.churn_pub_gap_ms,
-            }
-        )
+        self.check_common()
         if self.nodes < 2:
             raise LocalProtocolError("--nodes must be >= 2")
         if not 0.0 <= self.fail_fraction < 1.0:
@@ -201,18 +182,17 @@ class CrashResult(ChurnResult):
     pieces_in_lost_sets: int
 
     def summary(self) -> str:
-        r = self.json()
+        promoted = self.overlay.get("promoted", 0)
         return (
-            f"{r['nodes']} peers, {r['crashed']} crashed at once, k = {r['replicas']}\n"
-            f"subscriptions: {r['subscriptions_installed']:,} installed, "
-            f"{r['subscriptions_live']:,} of live subscribers, {r['subscriptions_lost']} lost\n"
-            f"deliveries after repair: {r['deliveries']:,} of {r['expected_deliveries']:,} "
-            f"(recall {r['delivery_recall']:.6f}), {r['duplicates']} duplicates, "
-            f"{r['false_positives']} false positives\n"
-            f"replica repair: {r['repair_messages']:,} messages, {r['repair_bytes']:,} bytes; "
-            f"{r['overlay'].get('promoted', 0)} replicas promoted; "
-            f"replica sets lost whole: {r['whole_sets_lost']}\n"
-            f"wall {r['wall_s']:.1f} s"
+            f"{self.nodes} peers, {self.crashed} crashed at once, k = {self.replicas}\n"
+            f"subscriptions: {self.subscriptions_installed:,} installed, "
+            f"{self.subscriptions_live:,} of live subscribers, {self.subscriptions_lost} lost\n"
+            f"deliveries after repair: {self.deliveries:,} of {self.expected_deliveries:,} "
+            f"(recall {self.delivery_recall:.6f}), {self.duplicates} duplicates, "
+            f"{self.false_positives} false positives\n"
+            f"replica repair: {self.repair_messages:,} messages, {self.repair_bytes:,} bytes; "
+            f"{promoted} replicas promoted; replica sets lost whole: {self.whole_sets_lost}\n"
+            f"wall {self.wall_s:.1f} s"
         )
 
 
@@ -255,17 +235,9 @@ class Churn(ChurnBase):
     command = ("churn",)
     help = "crash a fraction of the peers at once; check that replication loses nothing"
 
-    def run(
-        self,
-        params: ChurnParams,
-        progress: Callable[[str], None] | None = None,
-        out: Path | str | None = None,
-        *,
-        force: bool = False,
-    ) -> ChurnResult:
-        if params.session_median_s is not None:
-            return ContinuousChurn().run(params, progress, out, force=force)
-        return super().run(params, progress, out, force=force)
+    @classmethod
+    def scenario_for(cls, params: ChurnParams) -> type[ChurnBase]:
+        return cls if params.session_median_s is None else ContinuousChurn
 
     def bootstrap(self) -> None:
         super().bootstrap()
@@ -398,24 +370,14 @@ class Churn(ChurnBase):
             whole_sets_lost=self.whole_sets[0],
             pieces_in_lost_sets=self.whole_sets[1],
             overlay=totals,
-            seed=params.seed,
-            **dht_fields_of(params),
-            latency_model=self.model.describe(),
             sim_messages=sim.stats.messages,
             sim_time_s=sim.now,
-            wall_s=self.elapsed(),
+            **self.common_fields(),
         )
 
 
-def run_churn(
-    params: ChurnParams,
-    progress: Callable[[str], None] | None = None,
-    out: Path | str | None = None,
-    *,
-    force: bool = False,
-) -> dict[str, Any]:
-    """``Churn().run(...)`` as JSON (docs/run-logs.md)."""
-    return Churn().run(params, progress, out, force=force).json()
+#: ``Churn().run(...)`` as JSON (tests, benchmarks).
+run_churn = Churn.run_json
 
 
 def _holders(peers: list[OverlayPeer]) -> dict[tuple[str, Any], list[int]]:
@@ -634,12 +596,9 @@ class ContinuousChurn(ChurnBase):
             repair_messages=repl[0],
             repair_bytes=repl[1],
             overlay=totals,
-            seed=params.seed,
-            **dht_fields_of(params),
-            latency_model=self.model.describe(),
             sim_messages=sim.stats.messages,
             sim_time_s=sim.now,
-            wall_s=self.elapsed(),
+            **self.common_fields(),
         )
 
 

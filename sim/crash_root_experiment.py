@@ -16,28 +16,25 @@ from rangecast.dht.errors import LocalProtocolError
 from rangecast.pubsub.base import OverlayConfig
 from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
 from rangecast.sim.churn_experiment import Receipts, lost_subscriptions
-from rangecast.sim.network import ROOT_CACHE
 from rangecast.sim.options import positive_float
-from rangecast.sim.scenario import Scenario, SubstrateResult, dht_fields_of, dht_param, param
+from rangecast.sim.scenario import OnDht, Scenario, SubstrateResult, Verdict, flat, param
 from rangecast.sim.thesis_experiment import MatchOracle
 from rangecast.sim.workload import THESIS_WORKLOAD, Workload
 
 
 @dataclass(frozen=True, slots=True)
-class CrashRootParams:
+class CrashRootParams(OnDht):
+    replicas: int = param(3, "copies of every tree node (1: no replication)")
+    repair_s: float = param(60.0, "simulated seconds of repair after the crash")
     nodes: int = param(200, "overlay size")
     subs_per_node: float = param(2.0, "subscriptions per node on average", type=positive_float)
     events: int = param(400, "events: half before the crash, half after the repair")
-    replicas: int = param(3, "copies of every tree node (1: no replication)")
-    repair_s: float = param(60.0, "simulated seconds of repair after the crash")
     seed: int = param(1, "seed of every random stream")
     latency: str = param("synthetic", "'synthetic', 'planetlab' or a path")
     capacity: tuple[int, int] = (10, 30)
-    dht: str = dht_param("pastry")
-    lookup: str = dht_param("iterative")
-    root_cache: int = dht_param(ROOT_CACHE)
 
     def check(self) -> None:
+        self.check_common()
         if self.nodes < 2 or self.events < 0 or not 1 <= self.replicas <= 9:
             raise LocalProtocolError("need --nodes >= 2, --events >= 0, --replicas in [1, 9]")
 
@@ -49,23 +46,20 @@ class CrashRootResult(SubstrateResult):
     crashed_peer: int
     pieces_at_crashed_root: int
     events: int
-    expected_deliveries: int
-    deliveries: int
-    missed: int
-    duplicates: int
-    false_positives: int
+    verdict: Verdict = flat()
     subscriptions_lost: int
 
     def succeeded(self) -> bool:
-        return self.missed + self.duplicates + self.false_positives + self.subscriptions_lost == 0
+        return self.verdict.succeeded() and self.subscriptions_lost == 0
 
     def summary(self) -> str:
+        v = self.verdict
         return (
             f"{self.nodes} peers, k = {self.replicas}: crashed peer {self.crashed_peer} "
             f"(root of a tree node of {self.pieces_at_crashed_root} pieces)\n"
-            f"deliveries: {self.deliveries:,} of {self.expected_deliveries:,} over "
-            f"{self.events} events; missed {self.missed}, duplicates {self.duplicates}, false "
-            f"positives {self.false_positives}; subscriptions lost {self.subscriptions_lost}"
+            f"deliveries: {v.deliveries:,} of {v.expected_deliveries:,} over {self.events} "
+            f"events; missed {v.missed}, duplicates {v.duplicates}, false positives "
+            f"{v.false_positives}; subscriptions lost {self.subscriptions_lost}"
         )
 
 
@@ -130,14 +124,13 @@ class CrashRoot(Scenario[CrashRootParams, CrashRootResult]):
             crashed_peer=self.victim,
             pieces_at_crashed_root=self.pieces,
             events=len(self.expected),
-            expected_deliveries=want,
-            deliveries=hit,
-            missed=want - hit,
-            duplicates=got.repeats,
-            false_positives=extra,
+            verdict=Verdict(
+                expected_deliveries=want,
+                deliveries=hit,
+                missed=want - hit,
+                duplicates=got.repeats,
+                false_positives=extra,
+            ),
             subscriptions_lost=lost_subscriptions(peers, {self.victim}, self.owners),  # type: ignore[arg-type]
-            seed=p.seed,
-            latency_model=self.model.describe(),
-            **dht_fields_of(p),
-            wall_s=self.elapsed(),
+            **self.common_fields(),
         )

@@ -35,7 +35,6 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rangecast.dht.errors import LocalProtocolError
@@ -105,8 +104,8 @@ class _AddressedSimulator(Simulator):
     """The simulator with random IPv4 host addresses instead of index-based ones."""
 
     def __init__(
-        self, latency: LatencyModel, net_rng: random.Random, addr_rng: random.Random, **kw
-    ):
+        self, latency: LatencyModel, net_rng: random.Random, *, addr_rng: random.Random, **kw: Any
+    ) -> None:
         super().__init__(latency, net_rng, **kw)
         self._addr_rng = addr_rng
 
@@ -381,13 +380,10 @@ class Lbdd(Scenario[LbddParams, LbddResult]):
 
     # ---- set-up: random IPv4 addresses, topic peers, delivery bookkeeping
 
-    def simulator(self) -> Simulator:
-        return _AddressedSimulator(
-            self.model,
-            self.stream("network"),
-            self.stream("addresses"),
-            progress=self.say.engine_hook,
-        )
+    simulator_type = _AddressedSimulator
+
+    def simulator_options(self) -> dict[str, Any]:
+        return {"addr_rng": self.stream("addresses")}
 
     def dht_config(self) -> DhtConfig:
         return PastryConfig()
@@ -640,15 +636,8 @@ class Lbdd(Scenario[LbddParams, LbddResult]):
         )
 
 
-def run_lbdd(
-    params: LbddParams,
-    progress: Callable[[str], None] | None = None,
-    out: Path | str | None = None,
-    *,
-    force: bool = False,
-) -> dict[str, Any]:
-    """``Lbdd().run(...)`` as JSON (docs/run-logs.md)."""
-    return Lbdd().run(params, progress, out, force=force).json()
+#: ``Lbdd().run(...)`` as JSON (tests, benchmarks).
+run_lbdd = Lbdd.run_json
 
 
 #: Fields that depend on the machine, not on the seed.

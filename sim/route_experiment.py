@@ -14,23 +14,21 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.node import Application
 from rangecast.dht.routing import Peer
 from rangecast.sim.engine import Simulator
-from rangecast.sim.network import ROOT_CACHE, DhtConfig, SimNetwork, dht_config
-from rangecast.sim.options import finite_float, non_negative_float, require_finite
+from rangecast.sim.network import DhtConfig, SimNetwork
+from rangecast.sim.options import finite_float, non_negative_float
 from rangecast.sim.percentiles import percentile
 from rangecast.sim.scenario import (
+    OnDht,
     Scenario,
     SubstrateResult,
     dht_fields_of,
-    dht_param,
     optional,
     param,
     substrate_title,
@@ -38,7 +36,7 @@ from rangecast.sim.scenario import (
 
 
 @dataclass(frozen=True, slots=True)
-class RouteParams:
+class RouteParams(OnDht):
     nodes: int = param(1000, "overlay size N")
     lookups: int = param(10000, "number of lookups L")
     seed: int = param(1, "seed of every random stream")
@@ -66,21 +64,9 @@ class RouteParams:
         "no --fail, no --loss)",
         choices=("auto", "on", "off"),
     )
-    dht: str = dht_param("pastry")
-    lookup: str = dht_param("iterative")
-    #: Kademlia iterative lookups: roots remembered per node (0: a lookup per message).
-    root_cache: int = dht_param(ROOT_CACHE)
 
     def check(self) -> None:
-        dht_config(self.dht, lookup=self.lookup, root_cache=self.root_cache)
-        require_finite(
-            {
-                "--fail": self.fail,
-                "--repair-s": self.repair_s,
-                "--lookup-rate": self.lookup_rate_per_s,
-                "--loss": self.loss,
-            }
-        )
+        self.check_common()
         if self.nodes < 1:
             raise LocalProtocolError("--nodes must be at least 1")
         if self.lookups < 0:
@@ -207,13 +193,8 @@ class Route(Scenario[RouteParams, RouteResult]):
     help = "route random lookups through a simulated DHT, checked by an oracle"
     params_type = RouteParams
 
-    def simulator(self) -> Simulator:
-        return Simulator(
-            self.model,
-            self.stream("network"),
-            loss=self.params.loss,
-            progress=self.say.engine_hook,
-        )
+    def simulator_options(self) -> dict[str, Any]:
+        return {"loss": self.params.loss}
 
     def dht_config(self) -> DhtConfig:
         config = super().dht_config()
@@ -338,15 +319,8 @@ class Route(Scenario[RouteParams, RouteResult]):
         )
 
 
-def run_route(
-    params: RouteParams,
-    progress: Callable[[str], None] | None = None,
-    out: Path | str | None = None,
-    *,
-    force: bool = False,
-) -> dict[str, Any]:
-    """``Route().run(...)`` as JSON (docs/run-logs.md)."""
-    return Route().run(params, progress, out, force=force).json()
+#: ``Route().run(...)`` as JSON (tests, benchmarks).
+run_route = Route.run_json
 
 
 class _Injector:

@@ -37,6 +37,7 @@ from rangecast.sim import runlog
 from rangecast.sim.engine import Core, Simulator, cyclic_gc_paused
 from rangecast.sim.latency import LatencyModel, latency_model
 from rangecast.sim.network import ROOT_CACHE, DhtConfig, SimNetwork, dht_config
+from rangecast.sim.options import require_finite
 from rangecast.sim.progress import Progress, as_progress
 from rangecast.sim.streams import stream
 
@@ -87,6 +88,41 @@ def group(config: type, *, plan_exclude: tuple[str, ...] = (), **options: Option
 def dht_param(default: Any) -> Any:
     """``dht``, ``lookup`` or ``root_cache``: one option builder serves every command."""
     return field(default=default, metadata={DHT: True})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OnDht:
+    """Base of the parameters of a run over a chosen DHT: ``--dht``, ``--lookup`` and
+    ``--root-cache`` (after the scenario's own options: cli.options.add_dht_options)."""
+
+    dht: str = dht_param("pastry")
+    lookup: str = dht_param("iterative")
+    #: Kademlia iterative lookups: roots remembered per node (0: a lookup per message).
+    root_cache: int = dht_param(ROOT_CACHE)
+
+    def check_common(self) -> None:
+        """Refuse non-finite numbers (``check_finite``), an unknown DHT or lookup mode, or a
+        negative root cache."""
+        check_finite(self)
+        dht_config(self.dht, lookup=self.lookup, root_cache=self.root_cache)
+
+
+def check_finite(params: Any) -> None:
+    """Refuse NaN and infinities in every float parameter (a nested config's offered ones
+    included), naming its option as the command line would (the field's name if it has none):
+    callers that build parameters in Python get the command line's error."""
+    values: dict[str, float | None] = {}
+    for f in fields(params):
+        value = getattr(params, f.name)
+        if GROUP in f.metadata:
+            for name, opt in f.metadata[GROUP]["options"].items():
+                inner = getattr(value, name)
+                if isinstance(inner, float):
+                    values[opt.flag or "--" + name.replace("_", "-")] = inner
+        elif isinstance(value, float):
+            opt = f.metadata.get(OPTION)
+            values[(opt.flag or "--" + f.name.replace("_", "-")) if opt else f.name] = value
+    require_finite(values)
 
 
 class Params(Protocol):
@@ -258,6 +294,9 @@ class Scenario(Generic[P, R]):
         force: bool = False,
     ) -> R:
         """Run the experiment; with ``out``, also write its run log there (docs/run-logs.md)."""
+        variant = self.scenario_for(params)
+        if variant is not type(self):
+            return variant().run(params, progress, out, force=force)
         params.check()  # type: ignore[attr-defined]
         out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
         with cyclic_gc_paused():
@@ -267,6 +306,23 @@ class Scenario(Generic[P, R]):
         if out_dir is not None and self.messages_log is not None:
             self.write_log(result)
         return result
+
+    @classmethod
+    def run_json(
+        cls,
+        params: P,
+        progress: Callable[[str], None] | None = None,
+        out: Path | str | None = None,
+        *,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        """``run`` on a fresh instance, as JSON (the experiments' ``run_<name>`` functions)."""
+        return cls().run(params, progress, out, force=force).json()
+
+    @classmethod
+    def scenario_for(cls, params: P) -> type[Scenario[P, R]]:
+        """The scenario that runs ``params``: this one, unless a setting picks a variant."""
+        return cls
 
     def prepare(self, params: P, say: Progress, out_dir: Path | None = None) -> None:
         """Set-up without a workload: also how a scenario builds a second network."""
@@ -289,8 +345,20 @@ class Scenario(Generic[P, R]):
         self.net = SimNetwork(self.sim, p.seed, config=self.dht_config(), **self.stack())
         self.bootstrap()
 
+    #: The engine; a scenario may use a subclass (lbdd's gives hosts random addresses).
+    simulator_type: ClassVar[type[Simulator]] = Simulator
+
     def simulator(self) -> Simulator:
-        return Simulator(self.model, self.stream("network"), progress=self.say.engine_hook)
+        return self.simulator_type(
+            self.model,
+            self.stream("network"),
+            progress=self.say.engine_hook,
+            **self.simulator_options(),
+        )
+
+    def simulator_options(self) -> dict[str, Any]:
+        """More keyword arguments of the engine (route's message ``loss``)."""
+        return {}
 
     def dht_config(self) -> DhtConfig:
         p: Any = self.params
@@ -328,6 +396,19 @@ class Scenario(Generic[P, R]):
     def stream(self, name: str) -> random.Random:
         """The run's random stream ``name`` (sim.streams)."""
         return stream(self.params.seed, name)  # type: ignore[attr-defined]
+
+    def common_fields(self, wall_s: float | None = None) -> dict[str, Any]:
+        """The fields every result shares (``RunResult``, and ``SubstrateResult``'s for a run
+        on a DHT): seed, latency model, wall seconds (default: until now)."""
+        p: Any = self.params
+        out = {
+            "seed": p.seed,
+            "latency_model": self.model.describe(),
+            "wall_s": self.elapsed() if wall_s is None else wall_s,
+        }
+        if isinstance(p, OnDht):
+            out.update(dht_fields_of(p))
+        return out
 
     def elapsed(self) -> float:
         """Wall seconds since the set-up began."""
@@ -390,6 +471,20 @@ def dht_fields_of(params: Any) -> dict[str, Any]:
 
 
 @dataclass(kw_only=True, slots=True)
+class Verdict(Part):
+    """An oracle's verdict on (subscription, event) deliveries."""
+
+    expected_deliveries: int
+    deliveries: int
+    missed: int
+    duplicates: int
+    false_positives: int
+
+    def succeeded(self) -> bool:
+        return self.missed == self.duplicates == self.false_positives == 0
+
+
+@dataclass(kw_only=True, slots=True)
 class RunResult(Result):
     """The fields every simulated run reports."""
 
@@ -412,13 +507,16 @@ __all__ = [
     "LATENCY_HELP",
     "ROOT_CACHE",
     "Entry",
+    "OnDht",
     "Option",
     "Part",
     "Result",
     "RunResult",
     "Scenario",
     "SubstrateResult",
+    "Verdict",
     "build_params",
+    "check_finite",
     "dht_fields_of",
     "dht_param",
     "entries",

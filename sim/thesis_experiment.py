@@ -47,16 +47,18 @@ from rangecast.pubsub.schema import THESIS_SCHEMA, Schema, SchemaRegistry
 from rangecast.pubsub.subscription import Subscription
 from rangecast.sim import runlog
 from rangecast.sim.engine import Simulator
-from rangecast.sim.network import ROOT_CACHE, DhtConfig, dht_config
-from rangecast.sim.options import missing_value, positive_float, require_finite
+from rangecast.sim.network import DhtConfig, dht_config
+from rangecast.sim.options import missing_value, positive_float
 from rangecast.sim.percentiles import ordered_sum, percentile
 from rangecast.sim.scenario import (
     LATENCY_HELP,
+    OnDht,
     Option,
     Scenario,
     SubstrateResult,
+    Verdict,
     dht_fields_of,
-    dht_param,
+    flat,
     group,
     optional,
     param,
@@ -70,7 +72,7 @@ DELIVERY_KINDS = ("EventDelivery", "LbddDelivery", "DeliveryMulticast")
 
 
 @dataclass(frozen=True, slots=True)
-class ThesisParams:
+class ThesisParams(OnDht):
     nodes: int = param(1000, "overlay size")
     subs_per_node: float = param(5.0, "subscriptions per node on average", type=positive_float)
     events: int = param(10_000, "events to publish")
@@ -123,23 +125,9 @@ class ThesisParams:
             choices=("unicast", "multicast", "lbdd"),
         ),
     )
-    dht: str = dht_param("pastry")
-    lookup: str = dht_param("iterative")
-    #: Kademlia iterative lookups: roots remembered per node (0: a lookup per message).
-    root_cache: int = dht_param(ROOT_CACHE)
 
     def check(self) -> None:
-        dht_config(self.dht, lookup=self.lookup, root_cache=self.root_cache)
-        require_finite(
-            {
-                "--subs-per-node": self.subs_per_node,
-                "--missing": None if isinstance(self.missing, str) else self.missing,
-                "--p": self.overlay.p,
-                "--cutoff": self.overlay.cutoff,
-                "sub_gap_ms": self.sub_gap_ms,
-                "pub_gap_ms": self.pub_gap_ms,
-            }
-        )
+        self.check_common()
         if self.nodes < 1:
             raise LocalProtocolError("--nodes must be at least 1")
         if self.subs_per_node <= 0 or self.events < 0:
@@ -513,12 +501,8 @@ class ThesisResult(SubstrateResult):
     subscriptions: int
     installed: int
     events: int
-    # ---- the oracle's verdict
-    expected_deliveries: int
-    deliveries: int
-    missed: int
-    duplicates: int
-    false_positives: int
+    #: The oracle's verdict.
+    verdict: Verdict = flat()
     # ---- latencies (ms, and in units of the mean RTT) and bandwidth per node
     install_latency_ms: dict[str, float]
     delivery_latency_ms: dict[str, float]
@@ -559,7 +543,7 @@ class ThesisResult(SubstrateResult):
     csv: dict[str, Any] | None = optional()
 
     def succeeded(self) -> bool:
-        return self.missed == self.duplicates == self.false_positives == 0
+        return self.verdict.succeeded()
 
     def summary(self) -> str:
         r = self.json()
@@ -828,11 +812,13 @@ class Thesis(Scenario[ThesisParams, ThesisResult]):
             subscriptions=n_subs,
             installed=self.installed,
             events=n_events,
-            expected_deliveries=counts["expected"],
-            deliveries=counts["received"] + counts["duplicates"],
-            missed=counts["missed"],
-            duplicates=counts["duplicates"],
-            false_positives=counts["false_positives"],
+            verdict=Verdict(
+                expected_deliveries=counts["expected"],
+                deliveries=counts["received"] + counts["duplicates"],
+                missed=counts["missed"],
+                duplicates=counts["duplicates"],
+                false_positives=counts["false_positives"],
+            ),
             install_latency_ms=inst,
             delivery_latency_ms=deliv,
             install_latency_rtt={k: v / mean_rtt for k, v in inst.items()},

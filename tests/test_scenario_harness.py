@@ -173,7 +173,8 @@ def test_crash_root_loses_nothing_with_three_replicas() -> None:
     params = CrashRootParams(nodes=60, subs_per_node=1.0, events=60, repair_s=40.0)
     result = CrashRoot().run(params)
     assert result.pieces_at_crashed_root > 0
-    assert result.expected_deliveries > 0
-    assert result.missed == result.duplicates == result.false_positives == 0
+    verdict = result.verdict
+    assert verdict.expected_deliveries > 0
+    assert verdict.missed == verdict.duplicates == verdict.false_positives == 0
     assert result.subscriptions_lost == 0 and result.succeeded()
-    assert result.deliveries == result.expected_deliveries
+    assert verdict.deliveries == verdict.expected_deliveries
