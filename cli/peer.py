@@ -14,6 +14,7 @@ from typing import Any
 
 import trio
 
+from rangecast.cli.options import add_dht_options
 from rangecast.dht.errors import LocalProtocolError, RangecastError
 from rangecast.dht.substrate import SUBSTRATES
 from rangecast.pubsub.node import OverlayConfig
@@ -422,7 +423,7 @@ def add_runtime_parsers(top: Any) -> None:
         "the peers remembered in --state with backoff; fail if --join peers do not answer)",
     )
     start.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
-    swarm.add_dht_arguments(start, dht_default=None)
+    add_dht_options(start, dht=None, peer=True)
     start.add_argument(
         "--capacity", type=int, default=100, help="subscriptions a tree leaf holds before it splits"
     )

@@ -30,17 +30,15 @@ fields).
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from rangecast.dht.errors import LocalProtocolError
-from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.dht.node import PastryConfig
 from rangecast.multicast.lbdd import SOURCE, bucket_of, build_tree, check_views, digest, near_floor
 from rangecast.multicast.messages import (
     MAX_SLICE_BYTES,
@@ -50,34 +48,35 @@ from rangecast.multicast.messages import (
     MODE_STAR,
 )
 from rangecast.multicast.topic import PublicationComplete, SliceDelivered, TopicConfig, TopicPeer
-from rangecast.sim import runlog
 from rangecast.sim.engine import PORT, Simulator
-from rangecast.sim.latency import LatencyModel, latency_model
-from rangecast.sim.network import SimNetwork
-from rangecast.sim.options import add_out_option, finite_float, positive_float, require_finite
-from rangecast.sim.outputs import emit_result
-from rangecast.sim.progress import Progress, as_progress, progress_for
+from rangecast.sim.latency import LatencyModel
+from rangecast.sim.network import DhtConfig
+from rangecast.sim.options import positive_float, require_finite
+from rangecast.sim.progress import Progress
+from rangecast.sim.scenario import LATENCY_HELP, Part, RunResult, Scenario, flat, optional, param
 from rangecast.sim.streams import stream
 
 TOPIC = "lbdd"
-#: Fields that depend on the machine, not on the seed.
-WALL_FIELDS = ("wall_s", "wall_phases_s")
 
 
 @dataclass(frozen=True, slots=True)
 class LbddParams:
-    subscribers: int = 11
-    seed: int = 1
-    data_bytes: int = 0
-    slice_bytes: int = 64 * 1024
-    uplink_mbps: float = 100.0
-    churn: float = 0.0
-    latency: str = "synthetic"
-    near_bucket: bool = True
+    subscribers: int = param(11, "number of subscribers N")
+    seed: int = param(1, "seed of every random stream")
+    data_bytes: int = param(0, "bytes to publish (0: tree figures only)")
+    slice_bytes: int = param(64 * 1024, "slice size")
+    uplink_mbps: float = param(100.0, "every host's uplink, Mbit/s", type=positive_float)
+    churn: float = param(0.0, "fraction of subscribers to crash mid-transfer")
+    latency: str = param("synthetic", LATENCY_HELP)
+    near_bucket: bool = param(
+        True,
+        "the paper's exact bucket rule (no merging of sparse low buckets)",
+        style="negated",
+    )
     #: Slices a node may have unacknowledged (its send buffer).
-    window_slices: int = 64
+    window_slices: int = param(64, "slices a node may have unacknowledged", flag="--window")
     #: Run the point-to-point baseline when there is data.
-    p2p: bool = True
+    p2p: bool = param(True, "skip the point-to-point baseline", style="negated")
 
     def check(self) -> None:
         require_finite({"--uplink-mbps": self.uplink_mbps, "--churn": self.churn})
@@ -105,8 +104,8 @@ class _AddressedSimulator(Simulator):
     """The simulator with random IPv4 host addresses instead of index-based ones."""
 
     def __init__(
-        self, latency: LatencyModel, net_rng: random.Random, addr_rng: random.Random, **kw
-    ):
+        self, latency: LatencyModel, net_rng: random.Random, *, addr_rng: random.Random, **kw: Any
+    ) -> None:
         super().__init__(latency, net_rng, **kw)
         self._addr_rng = addr_rng
 
@@ -120,102 +119,6 @@ class _AddressedSimulator(Simulator):
             self.addrs[i] = addr
             self.index_of[addr] = i
         return indices
-
-
-class _Net:
-    """One simulated run: the overlay of topic peers and what their events said."""
-
-    def __init__(self, params: LbddParams, progress: Progress) -> None:
-        self.params = params
-        seed = params.seed
-        self.model = latency_model(params.latency, seed)
-        self.sim = _AddressedSimulator(
-            self.model,
-            stream(seed, "network"),
-            stream(seed, "addresses"),
-            progress=progress.engine_hook,
-        )
-        cfg = TopicConfig(slice_bytes=params.slice_bytes, send_budget_slices=params.window_slices)
-        self.peers: list[TopicPeer] = []
-
-        def make(i: int, node: PastryNode) -> TopicPeer:
-            peer = TopicPeer(node, node.rng, cfg)
-            self.peers.append(peer)
-            return peer
-
-        self.overlay = SimNetwork(sim=self.sim, seed=seed, config=PastryConfig(), core_factory=make)
-        n = params.subscribers + 1
-        self.overlay.create(n)
-        self.overlay.oracle_bootstrap(range(n))
-        self.addrs = list(self.sim.addrs)
-        self.subscribers = list(range(1, n))
-        # Delivery bookkeeping, filled by the event hook.
-        self.expected: Callable[[int], bytes] | None = None
-        self.total = 0
-        self.got: list[bytearray] = []
-        self.wrong_bytes = 0
-        self.complete_at: dict[int, float] = {}
-        self.sim.on_events = self._on_events
-
-    def _on_events(self, i: int, events: list[Any]) -> None:
-        for e in events:
-            if type(e) is SliceDelivered:
-                if self.got:
-                    self.got[i][e.index] += 1
-                    want = self.expected(e.index) if self.expected else None
-                    if want is not None and e.data is not want and e.data != want:
-                        self.wrong_bytes += 1
-            elif type(e) is PublicationComplete:
-                self.complete_at.setdefault(i, e.now)
-
-    def set_uplinks(self, mbps: float) -> None:
-        for i in range(len(self.addrs)):
-            self.sim.set_uplink(i, mbps * 1e6)
-
-    def join(self) -> None:
-        sim = self.sim
-        rng = stream(self.params.seed, "joins")
-        t = sim.now
-        sim.call_at(t, self._attach, 0)
-        for i in self.subscribers:
-            sim.call_at(t + rng.uniform(0.0, 1.0), self._join, i)
-
-    def _attach(self, i: int) -> None:
-        self.peers[i].topic.attach(TOPIC, self.sim.now)
-        self.sim.poke(i)
-
-    def _join(self, i: int) -> None:
-        self.peers[i].topic.join(TOPIC, self.sim.now)
-        self.sim.poke(i)
-
-    def live(self, nodes: list[int]) -> list[int]:
-        return [i for i in nodes if self.sim.alive[i]]
-
-    def settled(self) -> int | None:
-        """The version every live node holds, if they all hold the same list of exactly the
-        live subscribers; else None."""
-        want = {self.addrs[i] for i in self.live(self.subscribers)}
-        version = None
-        for i in self.live([0, *self.subscribers]):
-            topic = self.peers[i].topic
-            if TOPIC not in topic.topics():
-                return None
-            v, members = topic.members(TOPIC)
-            if v == 0 or set(members) != want or len(members) != len(want):
-                return None
-            if version is None:
-                version = v
-            elif v != version:
-                return None
-        return version
-
-    def run_until(self, done: Callable[[], bool], limit: float, step: float = 0.5) -> bool:
-        sim = self.sim
-        while not done():
-            if sim.now >= limit:
-                return False
-            sim.run(until=min(limit, sim.now + step))
-        return True
 
 
 def _tree_stats(source: bytes, members: list[bytes], near_bucket: bool) -> dict[str, Any]:
@@ -235,7 +138,7 @@ def _tree_stats(source: bytes, members: list[bytes], near_bucket: bool) -> dict[
     }
 
 
-def check_tree(net: _Net, mode: int) -> dict[str, Any]:
+def check_tree(net: Lbdd, mode: int) -> dict[str, Any]:
     """Verify the tree the live nodes actually use (each from its own list), from outside."""
     addrs = net.addrs
     publisher = addrs[0]
@@ -290,7 +193,7 @@ def _slices(params: LbddParams) -> tuple[list[bytes], Callable[[int], bytes]]:
 
 
 def _transfer(
-    net: _Net,
+    net: Lbdd,
     params: LbddParams,
     mode: int,
     churn: float,
@@ -360,82 +263,260 @@ def _transfer(
     }
 
 
-def run_lbdd(
-    params: LbddParams,
-    progress: Callable[[str], None] | None = None,
-    out: Path | str | None = None,
-    *,
-    force: bool = False,
-) -> dict[str, Any]:
-    """Run the topic experiment; with ``out``, also write the run log of the LBDD network (the
-    point-to-point baseline is a separate network and is not logged) there."""
-    params.check()
-    out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
-    wall0 = time.perf_counter()
-    say = as_progress(progress, "lbdd")
-    phases: dict[str, float] = {}
-    n = params.subscribers
-    mode = params.mode
+@dataclass(kw_only=True, slots=True)
+class Transfer(Part):
+    """With ``--data-bytes``: the LBDD transfer."""
 
-    net = _Net(params, say)
-    messages_log = runlog.MessageLog(out_dir / "messages.parquet") if out_dir else None
-    if messages_log is not None:
-        net.sim.message_log = messages_log.record
-    say(f"{n} subscribers + 1 publisher placed ({net.model.name}); joining the topic")
-    if params.data_bytes:
-        net.set_uplinks(params.uplink_mbps)
-    net.join()
-    settle_limit = net.sim.now + 120.0
-    if not net.run_until(lambda: net.settled() is not None, settle_limit):
-        raise LocalProtocolError("the topic's membership did not settle within 120 s simulated")
-    phases["join"] = time.perf_counter() - wall0
-    tree = check_tree(net, mode)
-    publisher = net.addrs[0]
-    members = [net.addrs[i] for i in net.subscribers]
-    say(
-        f"list version {tree['version']} settled at t={net.sim.now:.1f}s; tree valid: "
-        f"{tree['valid']}, depth {tree['depth']}, max out-degree {tree['max_out_degree']}"
-    )
-    s = digest(publisher)
-    buckets = [bucket_of(s, digest(a)) for a in members]
-    result: dict[str, Any] = {
-        "subscribers": n,
-        "seed": params.seed,
-        "near_bucket": params.near_bucket,
-        "latency_model": net.model.describe(),
-        "tree_valid": tree["valid"],
-        "tree_problems": tree["problems"],
-        "list_version": tree["version"],
-        "depth": tree["depth"],
-        "bucket_min": min(buckets),
-        "bucket_max": max(buckets),
-        "near_floor": near_floor(n) if params.near_bucket and n > 1 else None,
-        "mean_out_degree": tree["mean_out_degree"],
-        "max_out_degree": tree["max_out_degree"],
-        "publisher_copies": tree["publisher_copies"],
-        "publisher_contribution": tree["publisher_copies"] / n,
-        "out_degree_histogram": _tree_stats(publisher, members, params.near_bucket)[
-            "out_degree_histogram"
-        ],
-        "other_rule": {
-            "near_bucket": not params.near_bucket,
-            **_tree_stats(publisher, members, not params.near_bucket),
-        },
-        "ideal_ratio": n / tree["max_out_degree"],
-    }
-    ok = tree["valid"]
-    if params.data_bytes or params.churn:
+    lbdd_time_s: float | None
+    lbdd_ideal_time_s: float
+    all_bytes_exactly_once: bool
+    subscribers_complete: int
+    duplicate_slices: int
+    data_bytes: int
+    slice_bytes: int
+    slices: int
+    uplink_mbps: float
+    window_slices: int
+    #: Without churn: whether each subscriber took every slice from its own parent.
+    received_only_from_parent: bool | None = optional()
+
+
+@dataclass(kw_only=True, slots=True)
+class Traffic(Part):
+    """With data or churn: the LBDD network's traffic."""
+
+    sim_messages: int
+    sim_bytes: int
+    messages_by_type: dict[str, Any]
+
+
+@dataclass(kw_only=True, slots=True)
+class Baseline(Part):
+    """With data (and without ``--no-p2p``): the point-to-point baseline."""
+
+    p2p_time_s: float | None
+    p2p_all_bytes_exactly_once: bool
+    p2p_over_lbdd: float | None = optional()
+
+
+@dataclass(kw_only=True, slots=True)
+class LbddResult(RunResult):
+    WALL_FIELDS = ("wall_s", "wall_phases_s")
+
+    subscribers: int
+    near_bucket: bool
+    tree_valid: bool
+    tree_problems: list[str]
+    list_version: int
+    depth: int
+    bucket_min: int
+    bucket_max: int
+    near_floor: int | None
+    mean_out_degree: float
+    max_out_degree: int
+    publisher_copies: int
+    publisher_contribution: float
+    out_degree_histogram: dict[str, int]
+    other_rule: dict[str, Any]
+    ideal_ratio: float
+    ok: bool
+    wall_phases_s: dict[str, float]
+    transfer: Transfer | None = flat()
+    #: With ``--churn``: the crash and the repaired tree.
+    churn: dict[str, Any] | None = optional()
+    traffic: Traffic | None = flat()
+    baseline: Baseline | None = flat()
+
+    def succeeded(self) -> bool:
+        return self.ok
+
+    def summary(self) -> str:
+        r = self.json()
+        rule = "near-bucket merge" if r["near_bucket"] else "paper's exact rule"
+        lines = [
+            f"LBDD topic mode: 1 publisher, {r['subscribers']} subscribers, seed {r['seed']}, "
+            f"{rule}, latency {r['latency_model']['name']}",
+            f"  tree               valid: {r['tree_valid']}; depth {r['depth']}, buckets "
+            f"{r['bucket_min']}..{r['bucket_max']}",
+            f"  out-degree         mean {r['mean_out_degree']:.2f} over forwarders, "
+            f"max {r['max_out_degree']}; publisher sends {r['publisher_copies']} copies "
+            f"(contribution {r['publisher_contribution']:.3f})",
+        ]
+        if "lbdd_time_s" in r:
+            lines.append(
+                f"  transfer           {r['data_bytes']:,} bytes, uplinks "
+                f"{r['uplink_mbps']:g} Mbit/s: LBDD {r['lbdd_time_s']:.1f}s "
+                f"(ideal {r['lbdd_ideal_time_s']:.1f}s)"
+                + (f", point-to-point {r['p2p_time_s']:.1f}s" if r.get("p2p_time_s") else "")
+            )
+            if "p2p_over_lbdd" in r:
+                lines.append(
+                    f"  speed-up           point-to-point / LBDD = {r['p2p_over_lbdd']:.2f} "
+                    f"(ideal N / max out-degree = {r['ideal_ratio']:.2f}; paper LAN 2.59)"
+                )
+            lines.append(
+                f"  delivery           every subscriber got every byte exactly once: "
+                f"{r['all_bytes_exactly_once']} ({r['duplicate_slices']} duplicate slices "
+                "dropped)"
+            )
+        if "churn" in r:
+            c = r["churn"]
+            lines.append(
+                f"  churn              {c['crashed']} crashed, {c['live_subscribers']} live; "
+                f"repaired tree valid: {c['repaired_tree_valid']}"
+            )
+        lines.append(f"  wall               {r['wall_s']:.1f} s")
+        return "\n".join(lines)
+
+
+class Lbdd(Scenario[LbddParams, LbddResult]):
+    """The publisher (node 0) and N subscribers (1..N) on a Pastry overlay; the run log is the
+    LBDD network's (the point-to-point baseline is a separate network and is not logged)."""
+
+    name = "lbdd"
+    command = ("lbdd",)
+    help = "LBDD topic dissemination over the DHT, against point-to-point"
+    params_type = LbddParams
+
+    # ---- set-up: random IPv4 addresses, topic peers, delivery bookkeeping
+
+    simulator_type = _AddressedSimulator
+
+    def simulator_options(self) -> dict[str, Any]:
+        return {"addr_rng": self.stream("addresses")}
+
+    def dht_config(self) -> DhtConfig:
+        return PastryConfig()
+
+    def stack(self) -> dict[str, Any]:
+        p = self.params
+        cfg = TopicConfig(slice_bytes=p.slice_bytes, send_budget_slices=p.window_slices)
+        return self.topic_stack(cfg)
+
+    def size(self) -> int:
+        return self.params.subscribers + 1
+
+    def setup(self) -> None:
+        super().setup()
+        self.peers: list[TopicPeer] = self.net.cores  # type: ignore[assignment]
+        self.addrs = list(self.sim.addrs)
+        self.subscribers = list(range(1, self.size()))
+        # Delivery bookkeeping, filled by the event hook.
+        self.expected: Callable[[int], bytes] | None = None
+        self.total = 0
+        self.got: list[bytearray] = []
+        self.wrong_bytes = 0
+        self.complete_at: dict[int, float] = {}
+        self.sim.on_events = self._on_events
+
+    def _on_events(self, i: int, events: list[Any]) -> None:
+        for e in events:
+            if type(e) is SliceDelivered:
+                if self.got:
+                    self.got[i][e.index] += 1
+                    want = self.expected(e.index) if self.expected else None
+                    if want is not None and e.data is not want and e.data != want:
+                        self.wrong_bytes += 1
+            elif type(e) is PublicationComplete:
+                self.complete_at.setdefault(i, e.now)
+
+    def set_uplinks(self, mbps: float) -> None:
+        for i in range(len(self.addrs)):
+            self.sim.set_uplink(i, mbps * 1e6)
+
+    def join(self) -> None:
+        sim = self.sim
+        rng = stream(self.params.seed, "joins")
+        t = sim.now
+        sim.call_at(t, self._attach, 0)
+        for i in self.subscribers:
+            sim.call_at(t + rng.uniform(0.0, 1.0), self._join, i)
+
+    def _attach(self, i: int) -> None:
+        self.peers[i].topic.attach(TOPIC, self.sim.now)
+        self.sim.poke(i)
+
+    def _join(self, i: int) -> None:
+        self.peers[i].topic.join(TOPIC, self.sim.now)
+        self.sim.poke(i)
+
+    def live(self, nodes: list[int]) -> list[int]:
+        return [i for i in nodes if self.sim.alive[i]]
+
+    def settled(self) -> int | None:
+        """The version every live node holds, if they all hold the same list of exactly the
+        live subscribers; else None."""
+        want = {self.addrs[i] for i in self.live(self.subscribers)}
+        version = None
+        for i in self.live([0, *self.subscribers]):
+            topic = self.peers[i].topic
+            if TOPIC not in topic.topics():
+                return None
+            v, members = topic.members(TOPIC)
+            if v == 0 or set(members) != want or len(members) != len(want):
+                return None
+            if version is None:
+                version = v
+            elif v != version:
+                return None
+        return version
+
+    def run_until(self, done: Callable[[], bool], limit: float, step: float = 0.5) -> bool:
+        sim = self.sim
+        while not done():
+            if sim.now >= limit:
+                return False
+            sim.run(until=min(limit, sim.now + step))
+        return True
+
+    # ---- the run
+
+    def workload(self) -> None:
+        params, say, sim = self.params, self.say, self.sim
+        n = params.subscribers
+        mode = params.mode
+        say(f"{n} subscribers + 1 publisher placed ({self.model.name}); joining the topic")
+        if params.data_bytes:
+            self.set_uplinks(params.uplink_mbps)
+        self.join()
+        if not self.run_until(lambda: self.settled() is not None, sim.now + 120.0):
+            raise LocalProtocolError("the topic's membership did not settle within 120 s simulated")
+        self.phases["join"] = self.elapsed()
+        self.tree = tree = check_tree(self, mode)
+        say(
+            f"list version {tree['version']} settled at t={sim.now:.1f}s; tree valid: "
+            f"{tree['valid']}, depth {tree['depth']}, max out-degree {tree['max_out_degree']}"
+        )
+        self.ok: bool = tree["valid"]
+        self.transfer: Transfer | None = None
+        self.churn: dict[str, Any] | None = None
+        self.traffic: Traffic | None = None
+        self.baseline: Baseline | None = None
+        if not (params.data_bytes or params.churn):
+            return
         bps = params.uplink_mbps * 1e6
         ideal = tree["max_out_degree"] * params.data_bytes * 8.0 / bps if params.data_bytes else 0
         mark = time.perf_counter()
+        lb: dict[str, Any] = {}
         if params.data_bytes:
             say(
                 f"LBDD: publishing {params.data_bytes:,} bytes in {params.slice_bytes:,}-byte "
                 f"slices, uplinks {params.uplink_mbps:g} Mbit/s (ideal {ideal:.1f}s)"
             )
-            lb = _transfer(net, params, mode, params.churn, say, ideal)
-            phases["lbdd"] = time.perf_counter() - mark
-            result.update(
+            lb = _transfer(self, params, mode, params.churn, say, ideal)
+            self.phases["lbdd"] = time.perf_counter() - mark
+            only_parent = None
+            if not params.churn:
+                # Without failures each subscriber takes every slice from its own parent.
+                live = self.live(self.subscribers)
+                publisher = self.addrs[0]
+                views = {
+                    i: self.peers[i].topic.tree_view(TOPIC, publisher, mode).parent for i in live
+                }
+                only_parent = all(
+                    snd == [views[i]] for i, snd in zip(live, lb["senders"], strict=True)
+                )
+            self.transfer = Transfer(
                 lbdd_time_s=lb["time_s"],
                 lbdd_ideal_time_s=ideal,
                 all_bytes_exactly_once=lb["exactly_once"],
@@ -443,179 +524,121 @@ def run_lbdd(
                 duplicate_slices=lb["duplicate_slices"],
                 data_bytes=params.data_bytes,
                 slice_bytes=params.slice_bytes,
-                slices=net.total,
+                slices=self.total,
                 uplink_mbps=params.uplink_mbps,
                 window_slices=params.window_slices,
+                received_only_from_parent=only_parent,
             )
-            ok = ok and lb["exactly_once"]
-            if not params.churn:
-                # Without failures each subscriber takes every slice from its own parent.
-                live = net.live(net.subscribers)
-                views = {
-                    i: net.peers[i].topic.tree_view(TOPIC, publisher, mode).parent for i in live
-                }
-                result["received_only_from_parent"] = all(
-                    snd == [views[i]] for i, snd in zip(live, lb["senders"], strict=True)
-                )
+            self.ok = self.ok and lb["exactly_once"]
             done_s = "never" if lb["time_s"] is None else f"after {lb['time_s']:.1f} s"
             say(f"LBDD: last subscriber complete {done_s}")
         if params.churn:
-            if not params.data_bytes:
-                victims = sorted(
-                    stream(params.seed, "churn").sample(net.subscribers, round(params.churn * n))
-                )
-                for i in victims:
-                    net.sim.crash(i)
-                crashed = victims
-            else:
-                crashed = lb["crashed"]
-            repaired = net.run_until(lambda: net.settled() is not None, net.sim.now + 120.0)
-            after = check_tree(net, mode)
-            result["churn"] = {
-                "fraction": params.churn,
-                "crashed": len(crashed),
-                "rendezvous_crashed": any(net.peers[i].topic.hosts(TOPIC) for i in crashed),
-                "live_subscribers": len(net.live(net.subscribers)),
-                "repaired": repaired,
-                "repaired_tree_valid": repaired and after["valid"],
-                "repaired_tree_problems": after["problems"],
-                "repaired_depth": after["depth"],
-                "repaired_max_out_degree": after["max_out_degree"],
-                "list_version": after["version"],
-            }
-            ok = ok and repaired and after["valid"]
-            result["tree_valid"] = result["tree_valid"] and repaired and after["valid"]
-            say(f"churn: {len(crashed)} crashed; repaired tree valid: {after['valid']}")
-        result["sim_messages"] = net.sim.stats.messages
-        result["sim_bytes"] = net.sim.stats.bytes
-        result["messages_by_type"] = net.sim.stats.types_json()
+            self.crash_and_repair(lb.get("crashed"))
+        self.traffic = Traffic(
+            sim_messages=sim.stats.messages,
+            sim_bytes=sim.stats.bytes,
+            messages_by_type=sim.stats.types_json(),
+        )
         if params.data_bytes and params.p2p:
-            mark = time.perf_counter()
-            say("point-to-point baseline: same network, the publisher sends every copy")
-            if messages_log is not None:
-                net.sim.message_log = None
-            p2p_net = _Net(params, say)
-            p2p_net.set_uplinks(params.uplink_mbps)
-            p2p_net.join()
-            if not p2p_net.run_until(lambda: p2p_net.settled() is not None, 120.0):
-                raise LocalProtocolError("the baseline's membership did not settle")
-            p2p = _transfer(p2p_net, params, MODE_STAR, 0.0, say, n * params.data_bytes * 8 / bps)
-            phases["p2p"] = time.perf_counter() - mark
-            result["p2p_time_s"] = p2p["time_s"]
-            result["p2p_all_bytes_exactly_once"] = p2p["exactly_once"]
-            ok = ok and p2p["exactly_once"]
-            if p2p["time_s"] and result.get("lbdd_time_s"):
-                result["p2p_over_lbdd"] = p2p["time_s"] / result["lbdd_time_s"]
-            done_s = "never" if p2p["time_s"] is None else f"after {p2p['time_s']:.1f} s"
-            say(f"point-to-point: last subscriber complete {done_s}")
-    result["ok"] = bool(ok)
-    result["wall_phases_s"] = phases
-    result["wall_s"] = time.perf_counter() - wall0
-    if out_dir is not None and messages_log is not None:
-        messages_log.close()
-        runlog.write_nodes(out_dir, net.sim)
-        runlog.write_run(out_dir, "lbdd", {**asdict(params), "scenario": "lbdd"}, result)
-    return result
+            self.point_to_point(n * params.data_bytes * 8 / bps)
 
-
-# ---------------------------------------------------------------------------------- the CLI
-
-
-def _lbdd_cmd(args: argparse.Namespace) -> int:
-    params = LbddParams(
-        subscribers=args.subscribers,
-        seed=args.seed,
-        data_bytes=args.data_bytes,
-        slice_bytes=args.slice_bytes,
-        uplink_mbps=args.uplink_mbps,
-        churn=args.churn,
-        latency=args.latency,
-        near_bucket=not args.no_near_bucket,
-        window_slices=args.window,
-        p2p=not args.no_p2p,
-    )
-    result = run_lbdd(
-        params,
-        progress=progress_for(args, "lbdd"),
-        out=args.out,
-        force=args.force,
-    )
-    emit_result(result, args.json, _print_summary)
-    return 0 if result["ok"] else 1
-
-
-def _print_summary(r: dict[str, Any]) -> None:
-    rule = "near-bucket merge" if r["near_bucket"] else "paper's exact rule"
-    lines = [
-        f"LBDD topic mode: 1 publisher, {r['subscribers']} subscribers, seed {r['seed']}, "
-        f"{rule}, latency {r['latency_model']['name']}",
-        f"  tree               valid: {r['tree_valid']}; depth {r['depth']}, buckets "
-        f"{r['bucket_min']}..{r['bucket_max']}",
-        f"  out-degree         mean {r['mean_out_degree']:.2f} over forwarders, "
-        f"max {r['max_out_degree']}; publisher sends {r['publisher_copies']} copies "
-        f"(contribution {r['publisher_contribution']:.3f})",
-    ]
-    if "lbdd_time_s" in r:
-        lines.append(
-            f"  transfer           {r['data_bytes']:,} bytes, uplinks {r['uplink_mbps']:g} Mbit/s: "
-            f"LBDD {r['lbdd_time_s']:.1f}s (ideal {r['lbdd_ideal_time_s']:.1f}s)"
-            + (f", point-to-point {r['p2p_time_s']:.1f}s" if r.get("p2p_time_s") else "")
-        )
-        if "p2p_over_lbdd" in r:
-            lines.append(
-                f"  speed-up           point-to-point / LBDD = {r['p2p_over_lbdd']:.2f} "
-                f"(ideal N / max out-degree = {r['ideal_ratio']:.2f}; paper LAN 2.59)"
+    def crash_and_repair(self, crashed: list[int] | None) -> None:
+        """Crash the churn fraction (unless the transfer did) and check the repaired tree."""
+        params, sim = self.params, self.sim
+        if crashed is None:
+            crashed = sorted(
+                self.stream("churn").sample(
+                    self.subscribers, round(params.churn * params.subscribers)
+                )
             )
-        lines.append(
-            f"  delivery           every subscriber got every byte exactly once: "
-            f"{r['all_bytes_exactly_once']} ({r['duplicate_slices']} duplicate slices dropped)"
+            for i in crashed:
+                sim.crash(i)
+        repaired = self.run_until(lambda: self.settled() is not None, sim.now + 120.0)
+        after = check_tree(self, params.mode)
+        self.churn = {
+            "fraction": params.churn,
+            "crashed": len(crashed),
+            "rendezvous_crashed": any(self.peers[i].topic.hosts(TOPIC) for i in crashed),
+            "live_subscribers": len(self.live(self.subscribers)),
+            "repaired": repaired,
+            "repaired_tree_valid": repaired and after["valid"],
+            "repaired_tree_problems": after["problems"],
+            "repaired_depth": after["depth"],
+            "repaired_max_out_degree": after["max_out_degree"],
+            "list_version": after["version"],
+        }
+        self.ok = self.ok and repaired and after["valid"]
+        self.tree["valid"] = self.tree["valid"] and repaired and after["valid"]
+        self.say(f"churn: {len(crashed)} crashed; repaired tree valid: {after['valid']}")
+
+    def point_to_point(self, ideal_s: float) -> None:
+        """The baseline: a second network of the same seed, the publisher sending every copy."""
+        params, say = self.params, self.say
+        mark = time.perf_counter()
+        say("point-to-point baseline: same network, the publisher sends every copy")
+        self.sim.message_log = None
+        base = Lbdd()
+        base.prepare(params, say)
+        base.set_uplinks(params.uplink_mbps)
+        base.join()
+        if not base.run_until(lambda: base.settled() is not None, 120.0):
+            raise LocalProtocolError("the baseline's membership did not settle")
+        p2p = _transfer(base, params, MODE_STAR, 0.0, say, ideal_s)
+        self.phases["p2p"] = time.perf_counter() - mark
+        lbdd_time = self.transfer.lbdd_time_s if self.transfer is not None else None
+        self.baseline = Baseline(
+            p2p_time_s=p2p["time_s"],
+            p2p_all_bytes_exactly_once=p2p["exactly_once"],
+            p2p_over_lbdd=p2p["time_s"] / lbdd_time if p2p["time_s"] and lbdd_time else None,
         )
-    if "churn" in r:
-        c = r["churn"]
-        lines.append(
-            f"  churn              {c['crashed']} crashed, {c['live_subscribers']} live; "
-            f"repaired tree valid: {c['repaired_tree_valid']}"
+        self.ok = self.ok and p2p["exactly_once"]
+        done_s = "never" if p2p["time_s"] is None else f"after {p2p['time_s']:.1f} s"
+        say(f"point-to-point: last subscriber complete {done_s}")
+
+    def check(self) -> LbddResult:
+        params, tree = self.params, self.tree
+        n = params.subscribers
+        publisher = self.addrs[0]
+        members = [self.addrs[i] for i in self.subscribers]
+        s = digest(publisher)
+        buckets = [bucket_of(s, digest(a)) for a in members]
+        return LbddResult(
+            subscribers=n,
+            seed=params.seed,
+            near_bucket=params.near_bucket,
+            latency_model=self.model.describe(),
+            tree_valid=tree["valid"],
+            tree_problems=tree["problems"],
+            list_version=tree["version"],
+            depth=tree["depth"],
+            bucket_min=min(buckets),
+            bucket_max=max(buckets),
+            near_floor=near_floor(n) if params.near_bucket and n > 1 else None,
+            mean_out_degree=tree["mean_out_degree"],
+            max_out_degree=tree["max_out_degree"],
+            publisher_copies=tree["publisher_copies"],
+            publisher_contribution=tree["publisher_copies"] / n,
+            out_degree_histogram=_tree_stats(publisher, members, params.near_bucket)[
+                "out_degree_histogram"
+            ],
+            other_rule={
+                "near_bucket": not params.near_bucket,
+                **_tree_stats(publisher, members, not params.near_bucket),
+            },
+            ideal_ratio=n / tree["max_out_degree"],
+            ok=bool(self.ok),
+            transfer=self.transfer,
+            churn=self.churn,
+            traffic=self.traffic,
+            baseline=self.baseline,
+            wall_phases_s=self.phases,
+            wall_s=self.elapsed(),
         )
-    lines.append(f"  wall               {r['wall_s']:.1f} s")
-    print("\n".join(lines))
 
 
-def add_lbdd_parser(sims: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``sim lbdd``."""
-    p = sims.add_parser(
-        "lbdd",
-        help="LBDD topic dissemination over the DHT, against point-to-point",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("--subscribers", type=int, default=11, help="number of subscribers N")
-    p.add_argument("--seed", type=int, default=1, help="seed of every random stream")
-    p.add_argument(
-        "--data-bytes", type=int, default=0, help="bytes to publish (0: tree figures only)"
-    )
-    p.add_argument("--slice-bytes", type=int, default=64 * 1024, help="slice size")
-    p.add_argument(
-        "--uplink-mbps", type=positive_float, default=100.0, help="every host's uplink, Mbit/s"
-    )
-    p.add_argument(
-        "--churn",
-        type=finite_float,
-        default=0.0,
-        help="fraction of subscribers to crash mid-transfer",
-    )
-    p.add_argument(
-        "--latency",
-        default="synthetic",
-        help="'synthetic', 'planetlab' (the measured 490-host matrix shipped with Rangecast) or "
-        "the path of a square RTT matrix (ms)",
-    )
-    p.add_argument(
-        "--no-near-bucket",
-        action="store_true",
-        help="the paper's exact bucket rule (no merging of sparse low buckets)",
-    )
-    p.add_argument("--window", type=int, default=64, help="slices a node may have unacknowledged")
-    p.add_argument("--no-p2p", action="store_true", help="skip the point-to-point baseline")
-    add_out_option(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.set_defaults(func=_lbdd_cmd)
+#: ``Lbdd().run(...)`` as JSON (tests, benchmarks).
+run_lbdd = Lbdd.run_json
+
+
+#: Fields that depend on the machine, not on the seed.
+WALL_FIELDS = LbddResult.WALL_FIELDS

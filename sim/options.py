@@ -5,16 +5,19 @@
 a traceback deep in the run. Every float option therefore goes through one of the argparse types
 below (exit 2 with the option named, before anything runs), and the experiments' ``check``
 methods call ``require_finite`` for callers that build parameters in Python.
+
+They raise ``OptionValueError``, a ``ValueError`` whose text is the whole complaint: the command
+line (cli.options) shows it after the option's name; nothing here knows about argparse.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 
 from rangecast.dht.errors import LocalProtocolError
 
 __all__ = [
+    "OptionValueError",
     "finite_float",
     "missing_value",
     "non_negative_float",
@@ -23,13 +26,17 @@ __all__ = [
 ]
 
 
+class OptionValueError(ValueError):
+    """A command-line value that cannot be the option's: the message says why."""
+
+
 def _parse(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise OptionValueError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        raise OptionValueError(f"must be a finite number, got {text!r}")
     return value
 
 
@@ -42,7 +49,7 @@ def non_negative_float(text: str) -> float:
     """A finite number >= 0."""
     value = _parse(text)
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+        raise OptionValueError(f"must be >= 0, got {text!r}")
     return value
 
 
@@ -50,7 +57,7 @@ def positive_float(text: str) -> float:
     """A finite number > 0."""
     value = _parse(text)
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+        raise OptionValueError(f"must be > 0, got {text!r}")
     return value
 
 
@@ -61,10 +68,10 @@ def missing_value(text: str) -> float | str:
         value = float(text)
     except ValueError:
         if not text.strip():
-            raise argparse.ArgumentTypeError("must be a number or a word, got ''") from None
+            raise OptionValueError("must be a number or a word, got ''") from None
         return text.strip()
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number or a word, got {text!r}")
+        raise OptionValueError(f"must be a finite number or a word, got {text!r}")
     return value
 
 
@@ -76,16 +83,3 @@ def require_finite(values: dict[str, float | None]) -> None:
             continue
         if not math.isfinite(value):
             raise LocalProtocolError(f"{option} must be a finite number, got {value!r}")
-
-
-def add_out_option(parser: argparse.ArgumentParser, *, for_report: bool = True) -> None:
-    """``--out DIR`` (the run log) and ``--force`` (replace one already there)."""
-    parser.add_argument(
-        "--out",
-        metavar="DIR",
-        help="write the run log (Parquet, docs/run-logs.md) into DIR"
-        + (" for 'rangecast report'" if for_report else ""),
-    )
-    parser.add_argument(
-        "--force", action="store_true", help="replace a run log already in the --out DIR"
-    )

@@ -4,11 +4,8 @@ refuse at once, naming the path, instead of losing the work."""
 
 from __future__ import annotations
 
-import json
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 
 def ensure_writable_dir(path: Path) -> None:
@@ -17,13 +14,3 @@ def ensure_writable_dir(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile(dir=path):
         pass
-
-
-def emit_result(
-    result: dict[str, Any], as_json: bool, summary: Callable[[dict[str, Any]], None]
-) -> None:
-    """A command's result: one JSON object on stdout (``--json``), or the readable summary."""
-    if as_json:
-        print(json.dumps(result, sort_keys=True))
-    else:
-        summary(result)

@@ -12,7 +12,6 @@ schedules an event and never changes a result, so a run gives the same JSON with
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -108,9 +107,3 @@ def as_progress(progress: Callable[[str], None] | None, label: str) -> Progress:
     if isinstance(progress, Progress):
         return progress
     return Progress(label, bars=False, notes=progress or (lambda _m: None))
-
-
-def progress_for(args: argparse.Namespace, label: str) -> Progress | None:
-    """Progress on stderr for a command: bars with an ETA on a terminal, a few plain notes
-    otherwise, nothing under ``--quiet`` (docs/simulator.md)."""
-    return None if args.quiet else Progress(label)

@@ -14,53 +14,59 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.node import Application
 from rangecast.dht.routing import Peer
-from rangecast.sim import runlog
-from rangecast.sim.engine import Simulator, cyclic_gc_paused
-from rangecast.sim.latency import latency_model
-from rangecast.sim.network import ROOT_CACHE, SimNetwork, dht_config, dht_fields
-from rangecast.sim.options import require_finite
+from rangecast.sim.engine import Simulator
+from rangecast.sim.network import DhtConfig, SimNetwork
+from rangecast.sim.options import finite_float, non_negative_float
 from rangecast.sim.percentiles import percentile
-from rangecast.sim.progress import as_progress
-from rangecast.sim.streams import stream
+from rangecast.sim.scenario import (
+    OnDht,
+    Scenario,
+    SubstrateResult,
+    dht_fields_of,
+    optional,
+    param,
+    substrate_title,
+)
 
 
 @dataclass(frozen=True, slots=True)
-class RouteParams:
-    nodes: int = 1000
-    lookups: int = 10000
-    seed: int = 1
-    bootstrap: str = "oracle"
-    fail: float = 0.0
-    latency: str = "synthetic"
-    repair_s: float = 60.0
-    lookup_rate_per_s: float = 10000.0
-    loss: float = 0.0
-    dht: str = "pastry"
-    lookup: str = "iterative"
+class RouteParams(OnDht):
+    nodes: int = param(1000, "overlay size N")
+    lookups: int = param(10000, "number of lookups L")
+    seed: int = param(1, "seed of every random stream")
+    bootstrap: str = param(
+        "oracle",
+        "build routing state directly, or run the join protocol node by node",
+        choices=("oracle", "join"),
+    )
+    fail: float = param(0.0, "fraction of nodes to crash before the lookups")
+    repair_s: float = param(
+        60.0,
+        "simulated seconds of failure detection and repair after crashing",
+        type=non_negative_float,
+    )
+    latency: str = param("synthetic", "'synthetic' or the path of a square RTT matrix (ms)")
+    lookup_rate_per_s: float = param(
+        10000.0, "lookups injected per simulated second (Poisson)", flag="--lookup-rate"
+    )
+    loss: float = param(0.0, "message loss probability", type=finite_float)
     #: Leaf-set keep-alives: "on", "off", or "auto" (off exactly when nothing can fail: oracle
     #: bootstrap, no --fail, no --loss; see ``keepalives_on``).
-    keepalives: str = "auto"
-    #: Kademlia iterative lookups: roots remembered per node (0: a lookup per message).
-    root_cache: int = ROOT_CACHE
+    keepalives: str = param(
+        "auto",
+        "leaf-set keep-alives; auto: off when nothing can fail (oracle bootstrap, "
+        "no --fail, no --loss)",
+        choices=("auto", "on", "off"),
+    )
 
     def check(self) -> None:
-        dht_config(self.dht, lookup=self.lookup, root_cache=self.root_cache)
-        require_finite(
-            {
-                "--fail": self.fail,
-                "--repair-s": self.repair_s,
-                "--lookup-rate": self.lookup_rate_per_s,
-                "--loss": self.loss,
-            }
-        )
+        self.check_common()
         if self.nodes < 1:
             raise LocalProtocolError("--nodes must be at least 1")
         if self.lookups < 0:
@@ -122,157 +128,199 @@ class _LookupLog:
             self.sim.stop()
 
 
-def run_route(
-    params: RouteParams,
-    progress: Callable[[str], None] | None = None,
-    out: Path | str | None = None,
-    *,
-    force: bool = False,
-) -> dict[str, Any]:
-    """Run the lookups; with ``out``, also write the run log there (docs/run-logs.md)."""
-    params.check()
-    with cyclic_gc_paused():
-        return _run_route(params, progress, out, force=force)
+@dataclass(kw_only=True, slots=True)
+class RouteResult(SubstrateResult):
+    WALL_FIELDS = ("wall_s", "sim_messages_per_s", "wall_phases_s")
+
+    nodes: int
+    lookups: int
+    bootstrap: str
+    keepalives: bool
+    failed_nodes: int
+    live_nodes: int
+    delivered: int
+    duplicate_deliveries: int
+    correct_root_fraction: float
+    mean_hops: float
+    p99_hops: float
+    max_hops: int
+    log16_n: float
+    mean_latency_ms: float
+    #: Messages and bytes of the lookup phase alone.
+    lookup_phase: dict[str, int]
+    sim_messages: int
+    sim_bytes: int
+    sim_time_s: float
+    messages_by_type: dict[str, Any]
+    sim_messages_per_s: float
+    wall_phases_s: dict[str, float]
+    #: With ``--bootstrap join``: the joins and how many leaf sets differ from the oracle.
+    join: dict[str, Any] | None = optional()
+    #: With ``--fail``: leaf sets that differ from the oracle once repair has run.
+    leafset_mismatches_after_repair: int | None = optional()
+
+    def summary(self) -> str:
+        r = self.json()
+        lm = r["latency_model"]
+        lines = [
+            f"{substrate_title(r)} routing: {r['nodes']:,} nodes ({r['bootstrap']} bootstrap), "
+            f"{r['lookups']:,} lookups, seed {r['seed']}",
+            f"  latency model      {lm['name']} (mean RTT {lm['mean_rtt_ms']:.1f} ms)",
+        ]
+        if r["failed_nodes"]:
+            lines.append(f"  crashed nodes      {r['failed_nodes']:,} (live {r['live_nodes']:,})")
+        if "join" in r:
+            j = r["join"]
+            lines.append(
+                f"  joins              {j['completed']:,}/{j['joins']:,} completed, "
+                f"{j['leafset_mismatches']} leaf sets differ from the oracle"
+            )
+        lines += [
+            f"  correct root       {r['correct_root_fraction']:.4%} "
+            f"({r['delivered']:,} delivered, {r['duplicate_deliveries']} duplicates)",
+            f"  hops               mean {r['mean_hops']:.3f}  p99 {r['p99_hops']:g}  "
+            f"max {r['max_hops']}  (log16 N = {r['log16_n']:.2f})",
+            f"  latency            mean {r['mean_latency_ms']:.1f} ms",
+            f"  simulated messages {r['sim_messages']:,} ({r['sim_bytes']:,} bytes)",
+            f"  wall               {r['wall_s']:.1f} s ({r['sim_messages_per_s']:,.0f} messages/s)",
+        ]
+        return "\n".join(lines)
 
 
-def _run_route(
-    params: RouteParams,
-    progress: Callable[[str], None] | None,
-    out: Path | str | None,
-    *,
-    force: bool,
-) -> dict[str, Any]:
-    out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
-    wall0 = time.perf_counter()
-    say = as_progress(progress, "route")
-    model = latency_model(params.latency, params.seed)
-    sim = Simulator(
-        model, stream(params.seed, "network"), loss=params.loss, progress=say.engine_hook
-    )
-    log = _LookupLog(sim)
-    messages_log = runlog.MessageLog(out_dir / "messages.parquet") if out_dir else None
-    if messages_log is not None:
-        sim.message_log = messages_log.record
-    config = dht_config(params.dht, lookup=params.lookup, root_cache=params.root_cache)
-    if not params.keepalives_on():
-        config = replace(config, keepalive_s=math.inf)
-    overlay = SimNetwork(
-        sim,
-        params.seed,
-        config=config,
-        app_factory=lambda i: _Recorder(i, log),
-    )
-    indices = overlay.create(params.nodes)
-    say(f"{params.nodes} nodes placed ({model.name}); bootstrap: {params.bootstrap}")
-    result: dict[str, Any] = {}
-    phases: dict[str, float] = {"setup": time.perf_counter() - wall0}
-    mark = time.perf_counter()
-    if params.bootstrap == "oracle":
-        overlay.oracle_bootstrap(indices)
-    else:
-        joins = overlay.join_all(indices)
-        # Let the last announcements and keep-alives settle before judging the leaf sets.
-        sim.run(until=sim.now + 2 * overlay.cfg.keepalive_s)
-        mismatches = overlay.leafset_mismatches()
-        result["join"] = {**joins, "leafset_mismatches": len(mismatches)}
-        say(
-            f"joins: {joins['completed']:,} of {joins['joins']:,} completed, "
-            f"{len(mismatches)} leaf sets differ from the oracle"
+class Route(Scenario[RouteParams, RouteResult]):
+    name = "route"
+    command = ("route",)
+    help = "route random lookups through a simulated DHT, checked by an oracle"
+    params_type = RouteParams
+
+    def simulator_options(self) -> dict[str, Any]:
+        return {"loss": self.params.loss}
+
+    def dht_config(self) -> DhtConfig:
+        config = super().dht_config()
+        return config if self.params.keepalives_on() else replace(config, keepalive_s=math.inf)
+
+    def stack(self) -> dict[str, Any]:
+        self.log = log = _LookupLog(self.sim)
+        return {"app_factory": lambda i: _Recorder(i, log)}
+
+    def bootstrap(self) -> None:
+        params, sim, net, say = self.params, self.sim, self.net, self.say
+        indices = net.create(params.nodes)
+        say(f"{params.nodes} nodes placed ({self.model.name}); bootstrap: {params.bootstrap}")
+        self.phases["setup"] = self.elapsed()
+        mark = time.perf_counter()
+        self.join: dict[str, Any] | None = None
+        if params.bootstrap == "oracle":
+            net.oracle_bootstrap(indices)
+        else:
+            joins = net.join_all(indices)
+            # Let the last announcements and keep-alives settle before judging the leaf sets.
+            sim.run(until=sim.now + 2 * net.cfg.keepalive_s)
+            mismatches = net.leafset_mismatches()
+            self.join = {**joins, "leafset_mismatches": len(mismatches)}
+            say(
+                f"joins: {joins['completed']:,} of {joins['joins']:,} completed, "
+                f"{len(mismatches)} leaf sets differ from the oracle"
+            )
+        self.phases["bootstrap"] = time.perf_counter() - mark
+
+    def workload(self) -> None:
+        params, sim, net, say, log = self.params, self.sim, self.net, self.say, self.log
+        mark = time.perf_counter()
+        self.failed: list[int] = []
+        self.mismatches_after_repair: int | None = None
+        if params.fail > 0:
+            self.failed = net.crash_fraction(params.fail, self.stream("failures"))
+            say(f"crashed {len(self.failed)} nodes; repairing for {params.repair_s:g} simulated s")
+            t0 = sim.now
+            say.phase("repairing", params.repair_s, lambda: sim.now - t0, "sim s")
+            sim.run(until=sim.now + params.repair_s)
+            say.end()
+            self.mismatches_after_repair = len(net.leafset_mismatches())
+        self.phases["failures"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        self.live = live = net.live()
+        oracle = net.oracle()
+        lk_rng = self.stream("lookups")
+        n = params.lookups
+        log.at = [-1] * n
+        log.hops = [0] * n
+        log.latency = [0.0] * n
+        log.start = [0.0] * n
+        log.outstanding = n
+        self.before = (sim.stats.messages, sim.stats.bytes)
+        # Every lookup's time, source and key are drawn up front, in the order a5c21ca drew
+        # them, but each is put on the event queue only when the previous one fires: a queue
+        # holding 10^6 pending injections would make every message's push and pop dearer.
+        times = array("d")
+        srcs = array("q")
+        keys: list[int] = []
+        t = sim.now
+        for _ in range(n):
+            t += lk_rng.expovariate(params.lookup_rate_per_s)
+            times.append(t)
+            srcs.append(live[lk_rng.randrange(len(live))])
+            keys.append(net.space.random_id(lk_rng))
+        self.expected = [oracle.root(key) for key in keys]
+        if n:
+            sim.call_at(times[0], _Injector(sim, net, log, times, srcs, keys), 0)
+        say(f"routing {n:,} lookups from {len(live):,} live nodes")
+        if n:
+            say.phase("lookups", n, lambda: n - log.outstanding, "lookups")
+            # Generous horizon: every lookup either arrives or is given up by its hops' retries.
+            sim.run(until=t + 120.0)
+            say.end()
+        self.phases["lookups"] = time.perf_counter() - mark
+
+    def check(self) -> RouteResult:
+        params, sim, log = self.params, self.sim, self.log
+        wall = self.elapsed()
+        n = params.lookups
+        delivered = [lid for lid in range(n) if log.at[lid] != -1]
+        correct = sum(1 for lid in delivered if log.at[lid] == self.expected[lid])
+        hops = sorted(log.hops[lid] for lid in delivered)
+        lat = [log.latency[lid] * 1000.0 for lid in delivered]
+        # The one reference cycle of the run (each node's recorder -> log -> simulator ->
+        # nodes): broken, reference counting frees the run's millions of objects on return, and
+        # the cyclic collector, enabled again, does not have to walk them all to find out.
+        log.sim = None
+        return RouteResult(
+            nodes=params.nodes,
+            lookups=n,
+            correct_root_fraction=correct / n if n else 1.0,
+            mean_hops=sum(hops) / len(hops) if hops else 0.0,
+            p99_hops=percentile(hops, 0.99),
+            max_hops=hops[-1] if hops else 0,
+            mean_latency_ms=sum(lat) / len(lat) if lat else 0.0,
+            sim_messages=sim.stats.messages,
+            wall_s=wall,
+            sim_messages_per_s=sim.stats.messages / wall if wall > 0 else 0.0,
+            wall_phases_s=self.phases,
+            seed=params.seed,
+            **dht_fields_of(params),
+            bootstrap=params.bootstrap,
+            keepalives=params.keepalives_on(),
+            latency_model=self.model.describe(),
+            failed_nodes=len(self.failed),
+            live_nodes=len(self.live),
+            delivered=len(delivered),
+            duplicate_deliveries=log.duplicates,
+            log16_n=math.log(params.nodes, 16) if params.nodes > 1 else 0.0,
+            lookup_phase={
+                "messages": sim.stats.messages - self.before[0],
+                "bytes": sim.stats.bytes - self.before[1],
+            },
+            sim_bytes=sim.stats.bytes,
+            sim_time_s=sim.now,
+            messages_by_type=sim.stats.types_json(),
+            join=self.join,
+            leafset_mismatches_after_repair=self.mismatches_after_repair,
         )
-    phases["bootstrap"] = time.perf_counter() - mark
-    mark = time.perf_counter()
-    failed: list[int] = []
-    if params.fail > 0:
-        failed = overlay.crash_fraction(params.fail, stream(params.seed, "failures"))
-        say(f"crashed {len(failed)} nodes; repairing for {params.repair_s:g} simulated s")
-        t0 = sim.now
-        say.phase("repairing", params.repair_s, lambda: sim.now - t0, "sim s")
-        sim.run(until=sim.now + params.repair_s)
-        say.end()
-        result["leafset_mismatches_after_repair"] = len(overlay.leafset_mismatches())
 
-    phases["failures"] = time.perf_counter() - mark
-    mark = time.perf_counter()
-    live = overlay.live()
-    oracle = overlay.oracle()
-    lk_rng = stream(params.seed, "lookups")
-    space = overlay.space
-    log.at = [-1] * params.lookups
-    log.hops = [0] * params.lookups
-    log.latency = [0.0] * params.lookups
-    log.start = [0.0] * params.lookups
-    log.outstanding = params.lookups
-    messages_before = sim.stats.messages
-    bytes_before = sim.stats.bytes
-    # Every lookup's time, source and key are drawn up front, in the order a5c21ca drew them,
-    # but each is put on the event queue only when the previous one fires: a queue holding
-    # 10^6 pending injections would make every message's push and pop dearer.
-    times = array("d")
-    srcs = array("q")
-    keys: list[int] = []
-    t = sim.now
-    for _ in range(params.lookups):
-        t += lk_rng.expovariate(params.lookup_rate_per_s)
-        times.append(t)
-        srcs.append(live[lk_rng.randrange(len(live))])
-        keys.append(space.random_id(lk_rng))
-    expected = [oracle.root(key) for key in keys]
-    if params.lookups:
-        sim.call_at(times[0], _Injector(sim, overlay, log, times, srcs, keys), 0)
-    say(f"routing {params.lookups:,} lookups from {len(live):,} live nodes")
-    if params.lookups:
-        say.phase("lookups", params.lookups, lambda: params.lookups - log.outstanding, "lookups")
-        # Generous horizon: every lookup either arrives or is given up by its hops' retries.
-        sim.run(until=t + 120.0)
-        say.end()
-    phases["lookups"] = time.perf_counter() - mark
-    wall = time.perf_counter() - wall0
 
-    delivered = [lid for lid in range(params.lookups) if log.at[lid] != -1]
-    correct = sum(1 for lid in delivered if log.at[lid] == expected[lid])
-    hops = sorted(log.hops[lid] for lid in delivered)
-    lat = [log.latency[lid] * 1000.0 for lid in delivered]
-    sim_messages = sim.stats.messages
-    result = {
-        "nodes": params.nodes,
-        "lookups": params.lookups,
-        "correct_root_fraction": correct / params.lookups if params.lookups else 1.0,
-        "mean_hops": sum(hops) / len(hops) if hops else 0.0,
-        "p99_hops": percentile(hops, 0.99),
-        "max_hops": hops[-1] if hops else 0,
-        "mean_latency_ms": sum(lat) / len(lat) if lat else 0.0,
-        "sim_messages": sim_messages,
-        "wall_s": wall,
-        "sim_messages_per_s": sim_messages / wall if wall > 0 else 0.0,
-        "wall_phases_s": phases,
-        "seed": params.seed,
-        **dht_fields(params.dht, params.lookup, params.root_cache),
-        "bootstrap": params.bootstrap,
-        "keepalives": params.keepalives_on(),
-        "latency_model": model.describe(),
-        "failed_nodes": len(failed),
-        "live_nodes": len(live),
-        "delivered": len(delivered),
-        "duplicate_deliveries": log.duplicates,
-        "log16_n": math.log(params.nodes, 16) if params.nodes > 1 else 0.0,
-        "lookup_phase": {
-            "messages": sim.stats.messages - messages_before,
-            "bytes": sim.stats.bytes - bytes_before,
-        },
-        "sim_bytes": sim.stats.bytes,
-        "sim_time_s": sim.now,
-        "messages_by_type": sim.stats.types_json(),
-        **result,
-    }
-    if out_dir is not None and messages_log is not None:
-        messages_log.close()
-        runlog.write_nodes(out_dir, sim)
-        runlog.write_run(out_dir, "route", {**asdict(params), "scenario": "route"}, result)
-    # The one reference cycle of the run (each node's recorder -> log -> simulator -> nodes):
-    # broken, reference counting frees the run's millions of objects on return, and the cyclic
-    # collector, enabled again, does not have to walk them all to find out.
-    log.sim = None
-    return result
+#: ``Route().run(...)`` as JSON (tests, benchmarks).
+run_route = Route.run_json
 
 
 class _Injector:
@@ -309,4 +357,4 @@ class _Injector:
 
 
 #: Fields that depend on the machine, not on the seed: left out when comparing two runs.
-WALL_FIELDS = ("wall_s", "sim_messages_per_s", "wall_phases_s")
+WALL_FIELDS = RouteResult.WALL_FIELDS

@@ -29,14 +29,13 @@ import math
 import time
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rangecast.dht.errors import LocalProtocolError
-from rangecast.dht.node import PastryNode
 from rangecast.pubsub.node import (
     EventDelivered,
     OverlayConfig,
@@ -47,58 +46,88 @@ from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import THESIS_SCHEMA, Schema, SchemaRegistry
 from rangecast.pubsub.subscription import Subscription
 from rangecast.sim import runlog
-from rangecast.sim.engine import Simulator, cyclic_gc_paused
-from rangecast.sim.latency import latency_model
-from rangecast.sim.network import ROOT_CACHE, SimNetwork, dht_config, dht_fields
-from rangecast.sim.options import require_finite
+from rangecast.sim.engine import Simulator
+from rangecast.sim.network import DhtConfig, dht_config
+from rangecast.sim.options import missing_value, positive_float
 from rangecast.sim.percentiles import ordered_sum, percentile
-from rangecast.sim.progress import as_progress
-from rangecast.sim.streams import stream
+from rangecast.sim.scenario import (
+    LATENCY_HELP,
+    OnDht,
+    Option,
+    Scenario,
+    SubstrateResult,
+    Verdict,
+    dht_fields_of,
+    flat,
+    group,
+    optional,
+    param,
+    substrate_title,
+)
 from rangecast.sim.workload import THESIS_WORKLOAD, CsvEvents, Workload, default_params
 
 INSTALL_KINDS = ("ProbeSub", "InstallAck", "LeafUpdate", "TransferSub")
 PROBE_KINDS = ("ProbePub", "ProbePubMulticast")
 DELIVERY_KINDS = ("EventDelivery", "LbddDelivery", "DeliveryMulticast")
-#: Fields that depend on the machine, not on the seed.
-WALL_FIELDS = ("wall_s", "sim_messages_per_s", "wall_phases_s")
 
 
 @dataclass(frozen=True, slots=True)
-class ThesisParams:
-    nodes: int = 1000
-    subs_per_node: float = 5.0
-    events: int = 10_000
-    seed: int = 1
-    lb: bool = False
-    partial: str = "strict"
-    events_from: str | None = None
+class ThesisParams(OnDht):
+    nodes: int = param(1000, "overlay size")
+    subs_per_node: float = param(5.0, "subscriptions per node on average", type=positive_float)
+    events: int = param(10_000, "events to publish")
+    seed: int = param(1, "seed of every random stream")
+    lb: bool = param(False, "load balancing with a cut-off line per attribute", style="on-off")
+    partial: str = param(
+        "strict",
+        "rule for events that lack an attribute a subscription constrains",
+        choices=("strict", "lenient"),
+    )
+    events_from: str | None = param(
+        None, "publish the rows of a CSV file instead of generated events", metavar="CSV"
+    )
     #: A CSV cell marking an absent value: a number (``-200``) or a word (``NA``).
-    missing: float | str | None = None
+    missing: float | str | None = param(
+        None,
+        "a CSV cell marking an absent value: a number (-200) or a word (NA); empty cells are "
+        "always absent",
+        type=missing_value,
+        metavar="VALUE",
+    )
     #: Which CSV columns to publish and under what attribute names: ``"temp C=temp,RH"``
     #: (docs/simulator.md); None: every numeric column, names made valid.
-    columns: str | None = None
-    latency: str = "synthetic"
+    columns: str | None = param(
+        None,
+        "publish only these CSV columns, in this order, optionally under another attribute "
+        "name ('temp C=temp,RH'); by default every numeric column, names made valid "
+        "('temp C' -> temp_C, '0' -> _0)",
+        metavar="COL[=NAME],...",
+    )
+    latency: str = param("synthetic", LATENCY_HELP)
     capacity: tuple[int, int] = (10, 30)
     sub_gap_ms: float = 2000.0
     pub_gap_ms: float = 1000.0
-    overlay: OverlayConfig = field(default_factory=OverlayConfig)
-    dht: str = "pastry"
-    lookup: str = "iterative"
-    #: Kademlia iterative lookups: roots remembered per node (0: a lookup per message).
-    root_cache: int = ROOT_CACHE
+    overlay: OverlayConfig = group(
+        OverlayConfig,
+        plan_exclude=("load_balancing",),  # ``lb`` above
+        min_level=Option("RndRegionProbe min level"),
+        max_level=Option("RndRegionProbe max level"),
+        p=Option("RndRegionProbe probability"),
+        cutoff=Option("load-balancing cut-off c as a fraction of each domain"),
+        probe=Option(
+            "event probes: one message per target tree node (the thesis' baseline), or grouped "
+            "per next hop (prefix-grouped application-layer multicast)",
+            choices=("unicast", "multicast"),
+        ),
+        delivery=Option(
+            "notifications: one message per matched subscriber, grouped per next hop towards "
+            "the subscribers' ids, or down an LBDD tree in which subscribers relay",
+            choices=("unicast", "multicast", "lbdd"),
+        ),
+    )
 
     def check(self) -> None:
-        dht_config(self.dht, lookup=self.lookup, root_cache=self.root_cache)
-        require_finite(
-            {
-                "--subs-per-node": self.subs_per_node,
-                "--missing": None if isinstance(self.missing, str) else self.missing,
-                "--p": self.overlay.p,
-                "--cutoff": self.overlay.cutoff,
-                "sub_gap_ms": self.sub_gap_ms,
-                "pub_gap_ms": self.pub_gap_ms,
-            }
-        )
+        self.check_common()
         if self.nodes < 1:
             raise LocalProtocolError("--nodes must be at least 1")
         if self.subs_per_node <= 0 or self.events < 0:
@@ -464,6 +493,381 @@ def _dht_totals(nodes: Sequence[Any]) -> dict[str, int]:
     return {k: sum(getattr(n.stats, k) for n in nodes) for k in present}
 
 
+@dataclass(kw_only=True, slots=True)
+class ThesisResult(SubstrateResult):
+    WALL_FIELDS = ("wall_s", "sim_messages_per_s", "wall_phases_s")
+
+    nodes: int
+    subscriptions: int
+    installed: int
+    events: int
+    #: The oracle's verdict.
+    verdict: Verdict = flat()
+    # ---- latencies (ms, and in units of the mean RTT) and bandwidth per node
+    install_latency_ms: dict[str, float]
+    delivery_latency_ms: dict[str, float]
+    install_latency_rtt: dict[str, float]
+    delivery_latency_rtt: dict[str, float]
+    install_bytes_per_sub_per_node_mean: float
+    install_bytes_per_sub_per_node: dict[str, float]
+    publish_bytes_per_event_per_node: dict[str, float]
+    probe_bytes_per_event_per_node: dict[str, float]
+    delivery_bytes_per_event_per_node: dict[str, float]
+    messages_by_type: dict[str, Any]
+    tree: dict[str, int]
+    overlay: dict[str, int]
+    dht_totals: dict[str, int]
+    # ---- the setting
+    lb: bool
+    partial: str
+    probe: str
+    delivery: str
+    schema: str
+    events_from: str | None
+    thesis_comparison: dict[str, Any]
+    mean_rtt_ms: float
+    # ---- traffic per phase
+    install_phase_messages: int
+    # Every message of each phase, the DHT's own (Kademlia's lookups) included, per
+    # subscription and per event: what the two substrates are compared on.
+    install_phase_bytes: int
+    bytes_per_subscription: float
+    messages_per_subscription: float
+    bytes_per_event: float
+    messages_per_event: float
+    sim_messages: int
+    sim_time_s: float
+    sim_messages_per_s: float
+    wall_phases_s: dict[str, float]
+    #: With ``--events-from``: the columns published, skipped (and why) and renamed.
+    csv: dict[str, Any] | None = optional()
+
+    def succeeded(self) -> bool:
+        return self.verdict.succeeded()
+
+    def summary(self) -> str:
+        r = self.json()
+        lm = r["latency_model"]
+        il, dl = r["install_latency_ms"], r["delivery_latency_ms"]
+        pb, pr = r["publish_bytes_per_event_per_node"], r["probe_bytes_per_event_per_node"]
+        dv = r["delivery_bytes_per_event_per_node"]
+        tree = r["tree"]
+        verdict = (
+            "every matching subscriber got every event exactly once"
+            if self.succeeded()
+            else "MISMATCH against the oracle"
+        )
+        cmp = r["thesis_comparison"]
+
+        def thesis(text: str) -> str:
+            # The thesis' figures belong next to a run of the thesis' own setting only.
+            return f"   (thesis: {text})" if cmp["applies"] else ""
+
+        lines = [
+            f"Content-based pub/sub, thesis workload: {r['nodes']:,} nodes on "
+            f"{substrate_title(r)}, {r['subscriptions']:,} subscriptions, {r['events']:,} events, "
+            f"seed {r['seed']}",
+            f"  schema {r['schema']} ({r['partial']}), load balancing "
+            f"{'on' if r['lb'] else 'off'}, latency model {lm['name']} "
+            f"(mean RTT {lm['mean_rtt_ms']:.0f} ms)",
+        ]
+        if "csv" in r:
+            c = r["csv"]
+            lines.append(
+                f"  events from        {c['path']}: {c['events']:,} events; columns used: "
+                + ", ".join(c["columns_used"])
+            )
+            if c["skipped_columns"]:
+                lines.append(
+                    "  skipped columns    "
+                    + "; ".join(f"{k['name']} ({k['reason']})" for k in c["skipped_columns"])
+                )
+            if c["renamed_columns"]:
+                lines.append(
+                    "  renamed columns    "
+                    + ", ".join(
+                        f"{k['column']!r} -> {k['attribute']}" for k in c["renamed_columns"]
+                    )
+                )
+        lines += [
+            f"  oracle             {r['expected_deliveries']:,} expected deliveries; "
+            f"missed {r['missed']}, duplicates {r['duplicates']}, "
+            f"false positives {r['false_positives']}: {verdict}",
+            f"  install latency    mean {il['mean']:.0f} ms, p50 {il['p50']:.0f}, "
+            f"p90 {il['p90']:.0f}, p99 {il['p99']:.0f}" + thesis("mean 331 ms"),
+            f"  delivery latency   mean {dl['mean']:.0f} ms, p50 {dl['p50']:.0f}, "
+            f"p90 {dl['p90']:.0f}, max {dl['max']:.0f}" + thesis("mean 333 ms"),
+            f"  install bandwidth  {r['install_bytes_per_sub_per_node_mean']:.2f} bytes per "
+            f"subscription per node" + thesis("14.32"),
+            f"  publish bandwidth  mean {pb['mean']:.0f} B per event per node, "
+            f"p90 {pb['p90']:.0f}, max {pb['max']:.0f}" + thesis("mean 1.32 KB"),
+            f"  probe bandwidth    mean {pr['mean']:.0f} B per event per node, "
+            f"top-20 {pr['top20_mean']:.0f}, max {pr['max']:.0f}   ({r['probe']} probes)",
+            f"  delivery bandwidth mean {dv['mean']:.0f} B per event per node, "
+            f"top-20 {dv['top20_mean']:.0f}, max {dv['max']:.0f}   ({r['delivery']} delivery)",
+            f"  2d-tree            {tree['leaves']:,} leaves, {tree['internal']:,} internal, "
+            f"max depth {tree['max_depth']}",
+            f"  simulated messages {r['sim_messages']:,}; wall {r['wall_s']:.1f} s "
+            f"({r['sim_messages_per_s']:,.0f} messages/s)",
+        ]
+        if not cmp["applies"]:
+            lines.append("  no thesis comparison: " + "; ".join(cmp["differences"]))
+        return "\n".join(lines)
+
+
+class Thesis(Scenario[ThesisParams, ThesisResult]):
+    """``inspect`` is called once the events have been delivered, before the oracle check, with
+    the run's live state by name (``bench/memory.py`` measures where the memory goes)."""
+
+    name = "thesis"
+    command = ("run", "thesis")
+    help = "the thesis' evaluation workload, every delivery checked by a brute-force oracle"
+    params_type = ThesisParams
+
+    def __init__(self, inspect: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.inspect = inspect
+
+    def setup(self) -> None:
+        params, say = self.params, self.say
+        self.csv: CsvEvents | None = None
+        layout = self.stream("workload-layout")
+        if params.events_from:
+            self.csv = csv = CsvEvents.load(
+                params.events_from, missing=params.missing, columns=params.columns
+            )
+            for note in csv.notes():
+                say(note)
+            self.schema = csv.schema.with_partial(params.partial)
+            self.workload_gen = Workload(self.schema, default_params(self.schema), layout)
+        else:
+            self.schema = THESIS_SCHEMA.with_partial(params.partial)
+            self.workload_gen = Workload(self.schema, THESIS_WORKLOAD, layout)
+        # The thesis' evaluation has no churn, so no replication (its cost is measured by the
+        # churn experiment instead, which switches failure detection on).
+        self.overlay_cfg = replace(params.overlay, load_balancing=params.lb, replicas=1)
+        super().setup()
+        self.peers: list[OverlayPeer] = self.net.cores  # type: ignore[assignment]
+        index_of_id = {self.net.space.to_bytes(p.id): i for i, p in enumerate(self.net.peers)}
+        self.n_subs = max(1, round(params.nodes * params.subs_per_node))
+        self.deliveries = _Deliveries(self.n_subs)
+        self.collector = _Collector(index_of_id, self.deliveries)
+        self.collector.sim = self.sim
+        self.sim.on_events = self.collector
+        self.trees = runlog.TreeSnapshots()
+        self.phases["setup"] = self.elapsed()
+        say(
+            f"{params.nodes} nodes ({self.model.name}); schema {self.schema.name} "
+            f"({self.schema.partial}); load balancing {'on' if params.lb else 'off'}"
+        )
+
+    def dht_config(self) -> DhtConfig:
+        # No churn in this experiment: leaf-set keep-alives and hop acknowledgements would
+        # only cost wall time (and acks would double the routed messages); the thesis'
+        # simulator had neither. Churn experiments switch both on.
+        p = self.params
+        return dht_config(p.dht, lookup=p.lookup, root_cache=p.root_cache, failure_free=True)
+
+    def stack(self) -> dict[str, Any]:
+        registry = SchemaRegistry()
+        registry.add(self.schema)
+        return self.pubsub_stack(registry, self.overlay_cfg)
+
+    def workload(self) -> None:
+        params, sim, say, peers = self.params, self.sim, self.say, self.peers
+        collector, deliveries, n_subs = self.collector, self.deliveries, self.n_subs
+        # ---- stage 1: subscriptions
+        mark = time.perf_counter()
+        sub_rng = self.stream("subscriptions")
+        self.subs = subs = list[Subscription]()
+        self.called = called = dict[tuple[int, int], float]()
+        t = sim.now
+        plan = []
+        for _ in range(n_subs):
+            t += sub_rng.expovariate(1000.0 / params.sub_gap_ms)
+            plan.append(
+                (t, sub_rng.randrange(params.nodes), self.workload_gen.subscription(sub_rng))
+            )
+
+        def do_subscribe(i: int, sub: Subscription) -> None:
+            sid = peers[i].overlay.subscribe(sub, sim.now)
+            subs.append(sub)
+            deliveries.subscribed(i, sid)
+            called[(i, sid)] = sim.now
+            sim.poke(i)
+
+        for at, i, sub in plan:
+            sim.call_at(at, do_subscribe, i, sub)
+        del plan  # the queue holds each call's arguments until it runs
+        collector.expect_installs = n_subs
+        say(f"installing {n_subs:,} subscriptions")
+        say.phase("installing", n_subs, lambda: len(collector.installed), "subs")
+        sim.run(until=t + 600.0)
+        self.installed = len(collector.installed)
+        say.end()
+        # Let the last splits' transfers and leaf-table updates land before publishing.
+        sim.run(until=sim.now + 60.0)
+        self.phases["install"] = time.perf_counter() - mark
+        if self.out_dir is not None:
+            self.trees.take("installed", (p.overlay for p in peers))
+        self.install_traffic = (sim.stats.messages, sim.stats.bytes)
+
+        # ---- stage 2: events
+        mark = time.perf_counter()
+        schema = self.schema
+        self.oracle = oracle = MatchOracle(schema, subs)
+        pub_rng = self.stream("events")
+        if self.csv is not None:
+            self.event_values = event_values = self.csv.events[: params.events]
+        else:
+            gen = self.workload_gen
+            self.event_values = event_values = [gen.event(pub_rng) for _ in range(params.events)]
+        self.published = published = dict[int, float]()
+        self.publisher = publisher = dict[int, int]()
+
+        def do_publish(k: int, i: int) -> None:
+            values = event_values[k]
+            eid = peers[i].overlay.publish(schema.name, values, sim.now)
+            published[eid] = sim.now
+            publisher[eid] = i
+            deliveries.published(eid, oracle.matches(values))
+            sim.poke(i)
+
+        t = sim.now
+        for k in range(len(event_values)):
+            t += pub_rng.expovariate(1000.0 / params.pub_gap_ms)
+            sim.call_at(t, do_publish, k, pub_rng.randrange(params.nodes))
+        collector.expect_installs = -1
+        say(f"publishing {len(event_values):,} events")
+        say.phase("publishing", len(event_values), lambda: len(published), "events")
+        sim.run()
+        say.end()
+        self.phases["publish"] = time.perf_counter() - mark
+        self.wall = self.elapsed()
+        if self.inspect is not None:
+            self.inspect(
+                {
+                    "sim": sim,
+                    "net": self.net,
+                    "peers": peers,
+                    "collector": collector,
+                    "deliveries": deliveries,
+                    "oracle": oracle,
+                    "subscriptions": subs,
+                    "event_values": event_values,
+                    "called": called,
+                    "published": published,
+                    "publisher": publisher,
+                    "messages_log": self.messages_log,
+                    "trees": self.trees,
+                }
+            )
+
+    def check(self) -> ThesisResult:
+        params, sim, peers, n_subs = self.params, self.sim, self.peers, self.n_subs
+        mark = time.perf_counter()
+        deliveries_log = None
+        if self.out_dir is not None:
+            deliveries_log = runlog.DeliveryLog(self.out_dir / "deliveries.parquet")
+        counts, delivery_lat = self.deliveries.check(self.published, self.publisher, deliveries_log)
+        if deliveries_log is not None:
+            deliveries_log.close()
+        self.phases["check"] = time.perf_counter() - mark
+        stored = self.collector.stored
+        install_lat = [(stored[k] - self.called[k]) * 1000.0 for k in self.called if k in stored]
+        n_events = len(self.event_values)
+        install_bw = _per_node(sim, INSTALL_KINDS, n_subs)
+        publish_bw = _per_node(sim, PROBE_KINDS + DELIVERY_KINDS, n_events)
+        probe_bw = _per_node(sim, PROBE_KINDS, n_events)
+        delivery_bw = _per_node(sim, DELIVERY_KINDS, n_events)
+
+        leaves = internal = max_depth = 0
+        totals: dict[str, int] = {}
+        for p in peers:
+            for _, node in p.overlay.tree_nodes():
+                if node.is_leaf:
+                    leaves += 1
+                else:
+                    internal += 1
+                max_depth = max(max_depth, node.tid.depth)
+            st = p.overlay.stats
+            for counter in (
+                "jumps",
+                "parked",
+                "park_timeouts",
+                "lost",
+                "duplicate_probes",
+                "splits",
+                "repeated_deliveries",
+            ):
+                totals[counter] = totals.get(counter, 0) + getattr(st, counter)
+
+        mean_rtt = self.model.mean_rtt_ms()
+        inst = _summary(install_lat)
+        deliv = _summary(delivery_lat, with_max=True)
+        sim_messages = sim.stats.messages
+        install_messages, install_bytes = self.install_traffic
+        wall = self.wall
+        return ThesisResult(
+            nodes=params.nodes,
+            subscriptions=n_subs,
+            installed=self.installed,
+            events=n_events,
+            verdict=Verdict(
+                expected_deliveries=counts["expected"],
+                deliveries=counts["received"] + counts["duplicates"],
+                missed=counts["missed"],
+                duplicates=counts["duplicates"],
+                false_positives=counts["false_positives"],
+            ),
+            install_latency_ms=inst,
+            delivery_latency_ms=deliv,
+            install_latency_rtt={k: v / mean_rtt for k, v in inst.items()},
+            delivery_latency_rtt={k: v / mean_rtt for k, v in deliv.items()},
+            install_bytes_per_sub_per_node_mean=_bandwidth(install_bw)["mean"],
+            install_bytes_per_sub_per_node=_bandwidth(install_bw),
+            publish_bytes_per_event_per_node=_bandwidth(publish_bw),
+            probe_bytes_per_event_per_node=_bandwidth(probe_bw),
+            delivery_bytes_per_event_per_node=_bandwidth(delivery_bw),
+            messages_by_type=sim.stats.types_json(),
+            tree={"leaves": leaves, "internal": internal, "max_depth": max_depth},
+            overlay=totals,
+            seed=params.seed,
+            **dht_fields_of(params),
+            dht_totals=_dht_totals(self.net.nodes),
+            lb=params.lb,
+            partial=params.partial,
+            probe=self.overlay_cfg.probe,
+            delivery=self.overlay_cfg.delivery,
+            schema=self.schema.name,
+            events_from=params.events_from,
+            thesis_comparison=thesis_comparison(params, n_subs, n_events),
+            latency_model=self.model.describe(),
+            mean_rtt_ms=mean_rtt,
+            install_phase_messages=install_messages,
+            install_phase_bytes=install_bytes,
+            bytes_per_subscription=install_bytes / n_subs,
+            messages_per_subscription=install_messages / n_subs,
+            bytes_per_event=(sim.stats.bytes - install_bytes) / n_events if n_events else 0.0,
+            messages_per_event=((sim_messages - install_messages) / n_events if n_events else 0.0),
+            sim_messages=sim_messages,
+            sim_time_s=sim.now,
+            wall_s=wall,
+            sim_messages_per_s=sim_messages / wall if wall > 0 else 0.0,
+            wall_phases_s=self.phases,
+            csv=self.csv.describe() if self.csv is not None else None,
+        )
+
+    def logged_params(self) -> dict[str, Any]:
+        logged = super().logged_params()
+        logged.update(probe=self.overlay_cfg.probe, delivery=self.overlay_cfg.delivery)
+        return logged
+
+    def write_more_logs(self, out_dir: Path) -> None:
+        runlog.write_installs(out_dir, self.called, self.collector.stored)
+        self.trees.take("end", (p.overlay for p in self.peers))
+        self.trees.write(out_dir)
+
+
 def run_thesis(
     params: ThesisParams,
     progress: Callable[[str], None] | None = None,
@@ -472,276 +876,9 @@ def run_thesis(
     force: bool = False,
     inspect: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the experiment; with ``out``, also write its run log there (docs/run-logs.md).
-    ``inspect`` is called once the events have been delivered, before the oracle check, with
-    the run's live state by name (``bench/memory.py`` measures where the memory goes)."""
-    with cyclic_gc_paused():
-        return _run_thesis(params, progress, out, force=force, inspect=inspect)
+    """``Thesis(inspect).run(...)`` as JSON (docs/run-logs.md)."""
+    return Thesis(inspect).run(params, progress, out, force=force).json()
 
 
-def _run_thesis(
-    params: ThesisParams,
-    progress: Callable[[str], None] | None,
-    out: Path | str | None,
-    *,
-    force: bool,
-    inspect: Callable[[dict[str, Any]], None] | None,
-) -> dict[str, Any]:
-    params.check()
-    out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
-    wall0 = time.perf_counter()
-    say = as_progress(progress, "thesis")
-    seed = params.seed
-
-    # ---- workload
-    csv: CsvEvents | None = None
-    if params.events_from:
-        csv = CsvEvents.load(params.events_from, missing=params.missing, columns=params.columns)
-        for note in csv.notes():
-            say(note)
-        schema = csv.schema.with_partial(params.partial)
-        workload = Workload(schema, default_params(schema), stream(seed, "workload-layout"))
-    else:
-        schema = THESIS_SCHEMA.with_partial(params.partial)
-        workload = Workload(schema, THESIS_WORKLOAD, stream(seed, "workload-layout"))
-    registry = SchemaRegistry()
-    registry.add(schema)
-
-    # ---- overlay
-    model = latency_model(params.latency, seed)
-    sim = Simulator(model, stream(seed, "network"), progress=say.engine_hook)
-    cap_rng = stream(seed, "capacity")
-    # The thesis' evaluation has no churn, so no replication (its cost is measured by the churn
-    # experiment instead, which switches failure detection on).
-    overlay_cfg = replace(params.overlay, load_balancing=params.lb, replicas=1)
-
-    capacities: list[int] = []
-
-    def make_core(i: int, node: PastryNode) -> OverlayPeer:
-        cap = cap_rng.randint(*params.capacity)
-        capacities.append(cap)
-        return OverlayPeer(node, schemas=registry, capacity=cap, rng=node.rng, overlay=overlay_cfg)
-
-    # No churn in this experiment: leaf-set keep-alives and hop acknowledgements would only
-    # cost wall time (and acks would double the routed messages); the thesis' simulator had
-    # neither. Churn experiments switch both on.
-    dht_cfg = dht_config(
-        params.dht, lookup=params.lookup, root_cache=params.root_cache, failure_free=True
-    )
-    net = SimNetwork(sim, seed, config=dht_cfg, core_factory=make_core)
-    indices = net.create(params.nodes)
-    net.oracle_bootstrap(indices)
-    peers: list[OverlayPeer] = net.cores  # type: ignore[assignment]
-    index_of_id = {net.space.to_bytes(p.id): i for i, p in enumerate(net.peers)}
-    n_subs = max(1, round(params.nodes * params.subs_per_node))
-    deliveries = _Deliveries(n_subs)
-    collector = _Collector(index_of_id, deliveries)
-    collector.sim = sim
-    sim.on_events = collector
-    messages_log = None
-    trees = runlog.TreeSnapshots()
-    if out_dir is not None:
-        messages_log = runlog.MessageLog(out_dir / "messages.parquet")
-        sim.message_log = messages_log.record
-    phases = {"setup": time.perf_counter() - wall0}
-    say(
-        f"{params.nodes} nodes ({model.name}); schema {schema.name} ({schema.partial}); "
-        f"load balancing {'on' if params.lb else 'off'}"
-    )
-
-    # ---- stage 1: subscriptions
-    mark = time.perf_counter()
-    sub_rng = stream(seed, "subscriptions")
-    subs: list[Subscription] = []
-    called: dict[tuple[int, int], float] = {}
-    t = sim.now
-    plan = []
-    for _ in range(n_subs):
-        t += sub_rng.expovariate(1000.0 / params.sub_gap_ms)
-        plan.append((t, sub_rng.randrange(params.nodes), workload.subscription(sub_rng)))
-
-    def do_subscribe(i: int, sub: Subscription) -> None:
-        sid = peers[i].overlay.subscribe(sub, sim.now)
-        subs.append(sub)
-        deliveries.subscribed(i, sid)
-        called[(i, sid)] = sim.now
-        sim.poke(i)
-
-    for at, i, sub in plan:
-        sim.call_at(at, do_subscribe, i, sub)
-    del plan  # the queue holds each call's arguments until it runs
-    collector.expect_installs = n_subs
-    say(f"installing {n_subs:,} subscriptions")
-    say.phase("installing", n_subs, lambda: len(collector.installed), "subs")
-    sim.run(until=t + 600.0)
-    installed = len(collector.installed)
-    say.end()
-    # Let the last splits' transfers and leaf-table updates land before publishing.
-    sim.run(until=sim.now + 60.0)
-    phases["install"] = time.perf_counter() - mark
-    if out_dir is not None:
-        trees.take("installed", (p.overlay for p in peers))
-    install_messages = sim.stats.messages
-    install_bytes = sim.stats.bytes
-
-    # ---- stage 2: events
-    mark = time.perf_counter()
-    oracle = MatchOracle(schema, subs)
-    pub_rng = stream(seed, "events")
-    if csv is not None:
-        event_values = csv.events[: params.events]
-    else:
-        event_values = [workload.event(pub_rng) for _ in range(params.events)]
-    published: dict[int, float] = {}
-    publisher: dict[int, int] = {}
-
-    def do_publish(k: int, i: int) -> None:
-        values = event_values[k]
-        eid = peers[i].overlay.publish(schema.name, values, sim.now)
-        published[eid] = sim.now
-        publisher[eid] = i
-        deliveries.published(eid, oracle.matches(values))
-        sim.poke(i)
-
-    t = sim.now
-    for k in range(len(event_values)):
-        t += pub_rng.expovariate(1000.0 / params.pub_gap_ms)
-        sim.call_at(t, do_publish, k, pub_rng.randrange(params.nodes))
-    collector.expect_installs = -1
-    say(f"publishing {len(event_values):,} events")
-    say.phase("publishing", len(event_values), lambda: len(published), "events")
-    sim.run()
-    say.end()
-    phases["publish"] = time.perf_counter() - mark
-    wall = time.perf_counter() - wall0
-
-    if inspect is not None:
-        inspect(
-            {
-                "sim": sim,
-                "net": net,
-                "peers": peers,
-                "collector": collector,
-                "deliveries": deliveries,
-                "oracle": oracle,
-                "subscriptions": subs,
-                "event_values": event_values,
-                "called": called,
-                "published": published,
-                "publisher": publisher,
-                "messages_log": messages_log,
-                "trees": trees,
-            }
-        )
-
-    # ---- check against the oracle
-    mark = time.perf_counter()
-    deliveries_log = None
-    if out_dir is not None:
-        deliveries_log = runlog.DeliveryLog(out_dir / "deliveries.parquet")
-    counts, delivery_lat = deliveries.check(published, publisher, deliveries_log)
-    if deliveries_log is not None:
-        deliveries_log.close()
-    duplicates = counts["duplicates"]
-    expected_total = counts["expected"]
-    received_total = counts["received"]
-    missed = counts["missed"]
-    false_pos = counts["false_positives"]
-    phases["check"] = time.perf_counter() - mark
-    install_lat = [
-        (collector.stored[k] - called[k]) * 1000.0 for k in called if k in collector.stored
-    ]
-    n_events = len(event_values)
-    install_bw = _per_node(sim, INSTALL_KINDS, n_subs)
-    publish_bw = _per_node(sim, PROBE_KINDS + DELIVERY_KINDS, n_events)
-    probe_bw = _per_node(sim, PROBE_KINDS, n_events)
-    delivery_bw = _per_node(sim, DELIVERY_KINDS, n_events)
-
-    leaves = internal = max_depth = 0
-    totals: dict[str, int] = {}
-    for p in peers:
-        for _, node in p.overlay.tree_nodes():
-            if node.is_leaf:
-                leaves += 1
-            else:
-                internal += 1
-            max_depth = max(max_depth, node.tid.depth)
-        st = p.overlay.stats
-        for counter in (
-            "jumps",
-            "parked",
-            "park_timeouts",
-            "lost",
-            "duplicate_probes",
-            "splits",
-            "repeated_deliveries",
-        ):
-            totals[counter] = totals.get(counter, 0) + getattr(st, counter)
-
-    mean_rtt = model.mean_rtt_ms()
-    inst = _summary(install_lat)
-    deliv = _summary(delivery_lat, with_max=True)
-    sim_messages = sim.stats.messages
-    result = {
-        "nodes": params.nodes,
-        "subscriptions": n_subs,
-        "installed": installed,
-        "events": n_events,
-        "expected_deliveries": expected_total,
-        "deliveries": received_total + duplicates,
-        "missed": missed,
-        "duplicates": duplicates,
-        "false_positives": false_pos,
-        "install_latency_ms": inst,
-        "delivery_latency_ms": deliv,
-        "install_latency_rtt": {k: v / mean_rtt for k, v in inst.items()},
-        "delivery_latency_rtt": {k: v / mean_rtt for k, v in deliv.items()},
-        "install_bytes_per_sub_per_node_mean": _bandwidth(install_bw)["mean"],
-        "install_bytes_per_sub_per_node": _bandwidth(install_bw),
-        "publish_bytes_per_event_per_node": _bandwidth(publish_bw),
-        "probe_bytes_per_event_per_node": _bandwidth(probe_bw),
-        "delivery_bytes_per_event_per_node": _bandwidth(delivery_bw),
-        "messages_by_type": sim.stats.types_json(),
-        "tree": {"leaves": leaves, "internal": internal, "max_depth": max_depth},
-        "overlay": totals,
-        "seed": seed,
-        **dht_fields(params.dht, params.lookup, params.root_cache),
-        "dht_totals": _dht_totals(net.nodes),
-        "lb": params.lb,
-        "partial": params.partial,
-        "probe": overlay_cfg.probe,
-        "delivery": overlay_cfg.delivery,
-        "schema": schema.name,
-        "events_from": params.events_from,
-        "thesis_comparison": thesis_comparison(params, n_subs, n_events),
-        "latency_model": model.describe(),
-        "mean_rtt_ms": mean_rtt,
-        "install_phase_messages": install_messages,
-        # Every message of each phase, the DHT's own (Kademlia's lookups) included, per
-        # subscription and per event: what the two substrates are compared on.
-        "install_phase_bytes": install_bytes,
-        "bytes_per_subscription": install_bytes / n_subs,
-        "messages_per_subscription": install_messages / n_subs,
-        "bytes_per_event": (sim.stats.bytes - install_bytes) / n_events if n_events else 0.0,
-        "messages_per_event": ((sim_messages - install_messages) / n_events if n_events else 0.0),
-        "sim_messages": sim_messages,
-        "sim_time_s": sim.now,
-        "wall_s": wall,
-        "sim_messages_per_s": sim_messages / wall if wall > 0 else 0.0,
-        "wall_phases_s": phases,
-    }
-    if csv is not None:
-        # The columns published, skipped (and why) and renamed: what the figures are about.
-        result["csv"] = csv.describe()
-    if out_dir is not None and messages_log is not None:
-        say(f"writing the run log to {out_dir}")
-        messages_log.close()
-        sim.message_log = None
-        runlog.write_nodes(out_dir, sim, capacities)
-        runlog.write_installs(out_dir, called, collector.stored)
-        trees.take("end", (p.overlay for p in peers))
-        trees.write(out_dir)
-        logged = asdict(params)
-        logged.update(probe=overlay_cfg.probe, delivery=overlay_cfg.delivery, scenario="thesis")
-        runlog.write_run(out_dir, "thesis", logged, result)
-    return result
+#: Fields that depend on the machine, not on the seed.
+WALL_FIELDS = ThesisResult.WALL_FIELDS

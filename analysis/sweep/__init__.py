@@ -2,11 +2,12 @@
 runs in local processes or as Spark tasks, collected into one table and one report.
 
 ``plan`` reads and checks plans, ``runs`` runs them (one run; the local process pool),
-``spark`` runs them on Spark, ``table`` collects the results, ``command`` is ``rangecast sim
-sweep``. docs/sweeps.md describes the plan format and what a sweep produces.
+``spark`` runs them on Spark, ``table`` collects the results, ``command`` runs a whole sweep
+(its command line, ``rangecast sim sweep``, is cli.sweep). docs/sweeps.md describes the plan
+format and what a sweep produces.
 """
 
-from rangecast.analysis.sweep.command import SweepResult, add_sweep_parser, run_sweep
+from rangecast.analysis.sweep.command import SweepResult, run_sweep
 from rangecast.analysis.sweep.plan import Plan, PlanError, RunSpec, load_plan, parse_plan
 
 __all__ = [
@@ -14,7 +15,6 @@ __all__ = [
     "PlanError",
     "RunSpec",
     "SweepResult",
-    "add_sweep_parser",
     "load_plan",
     "parse_plan",
     "run_sweep",

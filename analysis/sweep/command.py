@@ -1,22 +1,20 @@
-"""``rangecast sim sweep PLAN``: run a plan's runs (processes or Spark), then one table and report.
+"""A sweep: run a plan's runs (processes or Spark), then one table and report.
 
 The table is written before the report is built, and failed runs stay in it as rows with their
 error: a run or report that fails loses nothing that finished. The exit status is 0 only when
 every run finished, every oracle check was clean and the report (if asked for) was built.
+The command line (``rangecast sim sweep``) is cli.sweep.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import rangecast.analysis.sweep.table as table
-from rangecast.analysis.sweep.plan import Plan, load_plan, shipped_plans
+from rangecast.analysis.sweep.plan import Plan
 from rangecast.analysis.sweep.runs import Progress, run_dir, run_local
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.sim.outputs import ensure_writable_dir
@@ -169,72 +167,3 @@ def _build_report(
     if mismatches:
         return f"{mismatches} figures recomputed from the logs disagree with the runs' summaries"
     return None
-
-
-def _sweep_cmd(args: argparse.Namespace) -> int:
-    if args.master and not args.spark:
-        raise LocalProtocolError("--master needs --spark")
-    plan = load_plan(args.plan)
-    out = Path(args.out) if args.out else Path("out") / "sweeps" / plan.name
-    result = run_sweep(
-        plan,
-        out,
-        spark=args.spark,
-        master=args.master or DEFAULT_MASTER,
-        jobs=args.jobs,
-        report=not args.no_report,
-        quiet=args.quiet,
-        force=args.force,
-    )
-    if args.json:
-        print(json.dumps(result.document, sort_keys=True))
-    else:
-        print(table.render(plan, result.rows))
-        for f in result.document["failures"]:
-            print(f"FAILED {f['run']} ({f['label']}): {f['error']}")
-        if result.report_problem is not None:
-            print(f"no report: {result.report_problem}")
-        elif args.spark and not args.no_report:
-            print(f"report: {out / 'report.html'}")
-        print(f"table: {out / 'sweep.parquet'} and {out / 'sweep.json'}")
-    if result.report_problem is not None and not args.quiet:
-        print(f"rangecast: report not built: {result.report_problem}", file=sys.stderr)
-    return 0 if result.ok else 1
-
-
-def add_sweep_parser(sims: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``sim sweep``."""
-    p = sims.add_parser(
-        "sweep",
-        help="run a plan of scenarios x parameters x seeds (processes or Spark), one table",
-        description="Run every (parameter combination, seed) of a TOML plan as an independent "
-        "simulator run, then collect one table (DIR/sweep.parquet, DIR/sweep.json) and, with "
-        "--spark, one report (DIR/report.html). See docs/sweeps.md.",
-    )
-    p.add_argument(
-        "plan",
-        metavar="PLAN",
-        help=f"a plan file, or the name of a shipped plan ({', '.join(shipped_plans())})",
-    )
-    p.add_argument(
-        "--spark", action="store_true", help="run each run as a Spark task, then build the report"
-    )
-    p.add_argument(
-        "--master", metavar="URL", help=f"Spark master for --spark (default {DEFAULT_MASTER})"
-    )
-    p.add_argument(
-        "--out", metavar="DIR", help="where run logs, table and report go (default out/sweeps/NAME)"
-    )
-    p.add_argument(
-        "--force", action="store_true", help="write into a non-empty DIR (replacing its runs)"
-    )
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="runs at a time in local processes, without --spark (default 1)",
-    )
-    p.add_argument("--no-report", action="store_true", help="with --spark, skip the report")
-    p.add_argument("--json", action="store_true", help="print one JSON object (sweep.json)")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.set_defaults(func=_sweep_cmd)

@@ -18,28 +18,23 @@ import re
 import tomllib
 import types
 import typing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from rangecast.dht.errors import RangecastError
-from rangecast.pubsub.node import OverlayConfig
 from rangecast.sim.latency import NAMED_MATRICES
+from rangecast.sim.scenario import build_params, plan_keys
 from rangecast.sim.thesis_experiment import ThesisParams
 
 TOP_KEYS = ("name", "description", "scenario", "seeds", "base", "grid")
 SCENARIOS = ("thesis",)
-#: ThesisParams fields a plan may set; ``seed`` comes from ``seeds`` and ``overlay`` is spread
-#: out into the OverlayConfig keys below.
-THESIS_KEYS: dict[str, Any] = {
-    k: v for k, v in typing.get_type_hints(ThesisParams).items() if k not in ("seed", "overlay")
-}
-#: OverlayConfig fields a plan may set; ``load_balancing`` is ThesisParams' ``lb``.
-OVERLAY_KEYS: dict[str, Any] = {
-    k: v for k, v in typing.get_type_hints(OverlayConfig).items() if k != "load_balancing"
-}
-PARAM_KEYS: dict[str, Any] = {**THESIS_KEYS, **OVERLAY_KEYS}
+#: Parameters a plan may set, with their types: the scenario's parameter dataclass, the same
+#: one its command-line options come from (sim.scenario.plan_keys: every field but ``seed``,
+#: which comes from ``seeds``, the nested OverlayConfig spread out but for ``load_balancing``,
+#: which is ThesisParams' ``lb``).
+PARAM_KEYS: dict[str, Any] = plan_keys(ThesisParams)
 #: Keys whose string values may be file paths, resolved against the plan file's directory.
 PATH_KEYS = ("latency", "events_from")
 LATENCY_NAMES = ("synthetic", *NAMED_MATRICES)
@@ -235,11 +230,7 @@ def _slug(value: Any) -> str:
 
 def _params(settings: dict[str, Any], seed: int) -> ThesisParams:
     """ThesisParams for one run: plan values over the defaults (checks run here)."""
-    thesis = {k: v for k, v in settings.items() if k in THESIS_KEYS}
-    overlay = {k: v for k, v in settings.items() if k in OVERLAY_KEYS}
-    params = ThesisParams(seed=seed, **thesis)
-    if overlay:
-        params = replace(params, overlay=OverlayConfig(**overlay))
+    params = build_params(ThesisParams, {**settings, "seed": seed})
     params.check()
     return params
 
