@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -89,6 +89,7 @@ __all__ = [
     "Broker",
     "BrokerStats",
     "Delivered",
+    "LinkQueues",
     "RoutingConfig",
     "Strategy",
     "padres",
@@ -209,6 +210,16 @@ class Strategy:
         return None
 
 
+class LinkQueues(Protocol):
+    """The driver's per-link output queues, as a strategy reads them (OctopiA's IDR, GRAPE's
+    delay estimate): the broker core has no queue, the engine that paces its sends has."""
+
+    def sample(self, broker: int, dst: int, now: float) -> tuple[int, int, int]:
+        """(queue length now, messages enqueued, messages sent) on ``broker``'s output queue to
+        ``dst``; the two counts since the previous sample of that queue."""
+        ...
+
+
 class _Overlay:
     __slots__ = ("config", "index", "neighbours", "nset", "tables")
 
@@ -262,7 +273,7 @@ class Broker:
         self.stats = BrokerStats()
         self.timers: TimerHeap[str] = TimerHeap()
         self._out: list[tuple[int, Message]] = []
-        self._events: list[Delivered] = []
+        self._events: list[Any] = []
         self._next_id = 0
 
     # -- outputs -------------------------------------------------------------------------------
@@ -271,7 +282,7 @@ class Broker:
         out, self._out = self._out, []
         return out
 
-    def take_events(self) -> list[Delivered]:
+    def take_events(self) -> list[Any]:
         ev, self._events = self._events, []
         return ev
 
@@ -598,6 +609,16 @@ class Broker:
 
     def route_pub(self, overlay: int, msg: Publish, src: int, now: float) -> None:
         """``route_pub``: deliver locally, then one copy per matching lasthop but ``src``."""
+        local, targets = self.match(overlay, msg, src)
+        self.deliver(overlay, msg, local, src, now, bool(targets))
+        for n in targets:
+            self.send(n, msg, now)
+
+    def match(self, overlay: int, msg: Publish, src: int) -> tuple[tuple[int, ...], list[int]]:
+        """Match ``msg`` against the overlay's PRT: (local subscription ids, the sorted
+        neighbours but ``src`` that are lasthops of matching entries). Systems that route
+        publications themselves (OctopiA's iLinks, POP's traced publications) call it, then
+        ``deliver``, then send their own copies."""
         ov = self._ov(overlay)
         prt = ov.tables.prt
         values = msg.values
@@ -618,20 +639,36 @@ class Broker:
                 th = hops.get(tid) if hops is not None else None
                 if th is not None and th != src:
                     targets.add(th)
+        self.stats.matchings += len(prt)
+        return tuple(local), sorted(targets)
+
+    def deliver(
+        self,
+        overlay: int,
+        msg: Publish,
+        sids: tuple[int, ...],
+        src: int,
+        now: float,
+        forwarded: bool,
+    ) -> None:
+        """The local matches of a publication (through the strategy's ``on_deliver``), and the
+        reception counters: a received publication that delivers nothing is a pure forward when
+        it goes on (``forwarded``), a false positive otherwise."""
         s = self.stats
-        s.matchings += len(prt)
-        if local:
-            sids = tuple(local)
+        if sids:
             if not self.strategy.on_deliver(self, msg, sids, src, now):
                 s.deliveries += len(sids)
-                self._events.append(Delivered(overlay, msg.eid, tuple(values), sids, now))
-        if src != LOCAL and not local:
-            if targets:
+                self._events.append(Delivered(overlay, msg.eid, tuple(msg.values), sids, now))
+        elif src != LOCAL:
+            if forwarded:
                 s.pure_forwards += 1
             else:
                 s.false_positives += 1
-        for n in sorted(targets):
-            self.send(n, msg, now)
+
+    def emit(self, event: Any) -> None:
+        """Queue an output event for the driver (a strategy's client commands, its own
+        deliveries); ``take_events`` returns them in order with the ``Delivered`` ones."""
+        self._events.append(event)
 
 
 _HANDLERS: dict[type[Message], Handler] = {

@@ -15,6 +15,7 @@ import heapq
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from rangecast.brokers.broker import Broker, Delivered, RoutingConfig, Strategy
 from rangecast.brokers.filters import Box, matches
@@ -24,6 +25,7 @@ from rangecast.dht.wire import Message
 from rangecast.pubsub.schema import Schema
 
 CODEC = broker_codec()
+T = TypeVar("T")
 
 
 @dataclass
@@ -45,6 +47,9 @@ class BrokerNet:
     brokers: dict[int, Broker] = field(default_factory=dict)
     log: list[Sent] = field(default_factory=list)
     delivered: list[tuple[int, Delivered]] = field(default_factory=list)
+    #: Other output events (a strategy's client commands), and who handles them.
+    events: list[tuple[int, Any]] = field(default_factory=list)
+    on_event: Callable[[int, Any], None] | None = None
     bytes: int = 0
     _queue: list[tuple[float, int, int, int, bytes]] = field(default_factory=list)
     _seq: int = 0
@@ -65,15 +70,48 @@ class BrokerNet:
             self._seq += 1
             heapq.heappush(self._queue, (t, self._seq, v, dst, frame))
         for ev in b.take_events():
-            self.delivered.append((v, ev))
+            if type(ev) is Delivered:
+                self.delivered.append((v, ev))
+            else:
+                self.events.append((v, ev))
+                if self.on_event is not None:
+                    self.on_event(v, ev)
 
-    def run(self) -> None:
-        """Deliver until no message is in flight."""
-        while self._queue:
-            t, _, src, dst, frame = heapq.heappop(self._queue)
-            self.now = t
+    def run(self, until: float | None = None) -> None:
+        """Deliver until no message is in flight (or the next one is due after ``until``),
+        firing the brokers' timers in time order with the messages."""
+        while True:
+            t_msg = self._queue[0][0] if self._queue else None
+            t_tim = min(
+                (d for d in (b.get_timer() for b in self.brokers.values()) if d is not None),
+                default=None,
+            )
+            if t_msg is None and (t_tim is None or until is None):
+                return
+            t = min(x for x in (t_msg, t_tim) if x is not None)
+            if until is not None and t > until:
+                self.now = max(self.now, until)
+                return
+            self.now = max(self.now, t)
+            if t_tim is not None and (t_msg is None or t_tim < t_msg):
+                for v, b in self.brokers.items():
+                    d = b.get_timer()
+                    if d is not None and d <= t:
+                        b.handle_timer(t)
+                        self.flush(v)
+                continue
+            _, _, src, dst, frame = heapq.heappop(self._queue)
             self.brokers[dst].receive(CODEC.decode(frame), src, t)
             self.flush(dst)
+
+    def act(self, v: int, fn: Callable[[Broker, float], T], settle: bool = True) -> T:
+        """Run a client call on broker ``v`` (a strategy's API: ``fn(broker, now)``), then
+        deliver what it sent (unless ``settle`` is False: the messages stay in flight)."""
+        out = fn(self.brokers[v], self.now)
+        self.flush(v)
+        if settle:
+            self.run()
+        return out
 
     # -- API through the loop ----------------------------------------------------------------
 
