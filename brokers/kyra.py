@@ -143,11 +143,12 @@ def _choose_cut(
         var = sum(w_ * (x - mean) ** 2 for x, w_ in pos) / w
         spread.append(var**0.5 / spans[d] if spans[d] > 0 else -1.0)
     dim = max(range(n), key=lambda d: (spread[d], -d))
-    lo, hi = zone.dims[dim][0], zone.dims[dim][1]
+    lo, hi, lo_open, _ = zone.dims[dim]
     ev = sorted(float(v) for e in events if (v := e[dim]) is not None)
     slo = sorted(s.dims[dim][0] for s in subs)
     shi = sorted(s.dims[dim][1] for s in subs)
-    cands = sorted({x for x in (*ev, *slo, *shi) if lo <= x < hi})
+    # A cut keeps a point on each side: above an open lower end, below the upper end.
+    cands = sorted({x for x in (*ev, *slo, *shi) if (lo < x or not lo_open and x == lo) and x < hi})
     best: tuple[float, float, float] | None = None
     for m in cands:
         left = alpha * bisect_right(ev, m) + beta * bisect_right(slo, m)
