@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from broker_harness import BrokerNet, oracle
 
 from rangecast.brokers import grape, kyra, octopia, pop
-from rangecast.brokers.broker import Broker, siena
+from rangecast.brokers.broker import Broker, LinkQueues, siena
 from rangecast.brokers.filters import Box, matches
+from rangecast.brokers.messages import Control
 from rangecast.brokers.graphs import BrokerGraph, hac_cliques
 from rangecast.brokers.tables import LOCAL
 from rangecast.pubsub.schema import Attribute, Schema
@@ -266,61 +267,118 @@ def test_kyra_kd_partition_balances_the_load() -> None:
 
 # ---------------------------------------------------------------------------------- OctopiA
 #: Fig. 8's topology is only in the image; the smallest one consistent with its text: G_a a path
-#: of regions a-e, m = 3, S1 at B(c,0), S2 at B(d,0), S3 at B(c,1), S4 at B(c,2); P1 at B(a,2),
-#: P2 at B(a,1), P3 at B(e,1), with 1-D ad boxes so that P1 -> {S4}, P2 -> {S1,S4}, P3 -> all.
-PATH = {"a": {"b"}, "b": {"a", "c"}, "c": {"b", "d"}, "d": {"c", "e"}, "e": {"d"}}
-FIG8_SUBS = [(("c", 0), "S1", ((10, 30),)), (("d", 0), "S2", ((20, 30),)),
-             (("c", 1), "S3", ((20, 30),)), (("c", 2), "S4", ((0, 30),))]  # fmt: skip
-FIG8_ADS = [(("a", 2), "P1", ((0, 9),)), (("a", 1), "P2", ((10, 19),)),
-            (("e", 1), "P3", ((20, 29),))]  # fmt: skip
+#: of regions a-e (0-4), m = 3, B(x, c) = 5c + x. S1 at B(c,0), S2 at B(d,0), S3 at B(c,1), S4 at
+#: B(c,2); P1 at B(a,2), P2 at B(a,1), P3 at B(e,1), with 1-D ad boxes so that P1 -> {S4},
+#: P2 -> {S1,S4}, P3 -> all.
+LINE = Schema("line", (Attribute("v", "float", 0, 100),))
+PATH = [(0, 1), (1, 2), (2, 3), (3, 4)]
 
 
-def fig8(subs_first: bool) -> octopia.Octopia:
-    net = octopia.Octopia(PATH, 3)
-    steps = [lambda b=b, s=s, x=x: net.subscribe(b, s, x) for b, s, x in FIG8_SUBS]
-    ads = [lambda b=b, a=a, x=x: net.advertise(b, a, x) for b, a, x in FIG8_ADS]
-    for step in (steps + ads) if subs_first else (ads + steps):
+def B(x: str, c: int) -> int:
+    return 5 * c + "abcde".index(x)
+
+
+FIG8_SUBS = [(B("c", 0), "S1", (10, 30)), (B("d", 0), "S2", (20, 30)),
+             (B("c", 1), "S3", (20, 30)), (B("c", 2), "S4", (0, 30))]  # fmt: skip
+FIG8_ADS = [(B("a", 2), "P1", (0, 9)), (B("a", 1), "P2", (10, 19)), (B("e", 1), "P3", (20, 29))]
+
+
+def octo(b: Broker) -> octopia.OctopiaStrategy:
+    assert isinstance(b.strategy, octopia.OctopiaStrategy)
+    return b.strategy
+
+
+def octopia_net(
+    layout: octopia.OctopiaLayout, schema: Schema = LINE, queues: LinkQueues | None = None
+) -> BrokerNet:
+    return BrokerNet(
+        layout.graph,
+        layout.overlays,
+        schema,
+        layout.configs(),
+        lambda v: layout.strategy(v, queues is not None, queues),
+    )
+
+
+def fig8(subs_first: bool) -> tuple[BrokerNet, dict[str, int], dict[str, int]]:
+    net = octopia_net(octopia.build(PATH, 3, [[5 * c + x for x in range(5)] for c in range(3)]))
+    ads: dict[str, int] = {}
+    subs: dict[str, int] = {}
+
+    def sub_all() -> None:
+        for b, s, (lo, hi) in FIG8_SUBS:
+            subs[s] = net.act(b, lambda br, now, box=iv(lo, hi, LINE): octo(br).subscribe(br, box, now))
+
+    def ad_all() -> None:
+        for b, p, (lo, hi) in FIG8_ADS:
+            ads[p] = net.act(b, lambda br, now, box=iv(lo, hi, LINE): octo(br).advertise(br, box, now))
+
+    for step in (sub_all, ad_all) if subs_first else (ad_all, sub_all):
         step()
-    return net
+    return net, ads, subs
+
+
+def sent_kinds(net: BrokerNet) -> Counter[str]:
+    return Counter(
+        f"Control:{s.msg.op}" if isinstance(s.msg, Control) else type(s.msg).__name__
+        for s in net.log
+    )
 
 
 def test_octopia_fig8_civs() -> None:
     for subs_first in (True, False):
-        net = fig8(subs_first)
-        assert [octopia.civ_str(net.civ(p), 3) for p in ("P1", "P2", "P3")] == ["100", "101", "111"]
+        net, ads, _ = fig8(subs_first)
+        host = {p: b for b, p, _ in FIG8_ADS}
+        civs = [octopia.civ_str(octo(net.brokers[host[p]]).civ(net.brokers[host[p]], ads[p]), 3)
+                for p in ("P1", "P2", "P3")]  # fmt: skip
+        assert civs == ["100", "101", "111"]
+        kinds = sent_kinds(net)
         # each advertisement goes to its m-1 region peers only; one CIB_SET per STC and ad,
         # although S1 and S2 both make cluster 0 a target of P3
-        assert net.sent["ADV"] == 3 * 2
-        assert net.sent["CIB_SET"] == 0 + 2 + 2
-        assert net.sent["SUB"] == 4 * 4  # flooded in its own cluster: 5 brokers, 4 aLinks
+        assert kinds["Advertise"] == 3 * 2
+        assert kinds[f"Control:{octopia.OP_CIB_SET}"] == 0 + 2 + 2
+        assert kinds["Subscribe"] == 4 * 4  # flooded in its own cluster: 5 brokers, 4 aLinks
+        # SRT: the host and its m-1 region peers hold each ad, nobody else
+        assert sum(b.srt_size() for b in net.brokers.values()) == 3 * 3
 
 
 def test_octopia_fig8_static_routes() -> None:
-    net = fig8(True)
-    hops, got = net.publish(("a", 2), "P1", (5,))
+    net, ads, subs = fig8(True)
+    name = {sid: s for s, sid in subs.items()}
+
+    def pub(p: str, x: float) -> tuple[list[tuple[int, int, list[int]]], list[str]]:
+        host = next(b for b, q, _ in FIG8_ADS if q == p)
+        net.delivered.clear()
+        eid = net.act(host, lambda br, now: octo(br).publish(br, ads[p], (x,), now))
+        hops = [(s.src, s.dst, list(s.msg.hdr)) for s in net.publications(eid)]  # type: ignore[attr-defined]
+        return hops, sorted(name[sid] for _, ev in net.delivered for sid in ev.sids)
+
+    hops, got = pub("P1", 5)
     # P1 has no STC: its own bit 2 sends nothing, the notification stays on aLinks
-    assert hops == [(("a", 2), ("b", 2), 0), (("b", 2), ("c", 2), 0)]
-    assert got == [(("c", 2), "S4")]
-    hops, got = net.publish(("a", 1), "P2", (15,))
-    assert hops[:2] == [(("a", 1), ("a", 0), 0), (("a", 1), ("a", 2), 0)]  # two copies, iLinks
-    assert sorted(s for _, s in got) == ["S1", "S4"]
-    hops, got = net.publish(("e", 1), "P3", (25,))
+    assert hops == [(B("a", 2), B("b", 2), []), (B("b", 2), B("c", 2), [])]
+    assert got == ["S4"]
+    hops, got = pub("P2", 15)
+    assert hops[:2] == [(B("a", 1), B("a", 0), []), (B("a", 1), B("a", 2), [])]  # iLinks only
+    assert got == ["S1", "S4"]
+    hops, got = pub("P3", 25)
     # three copies at the host: the aLink toward S3 and one iLink each to clusters 0 and 2;
     # one copy only to B(e,0) although S1 and S2 are both there
-    assert hops[:3] == [(("e", 1), ("d", 1), 0), (("e", 1), ("e", 0), 0), (("e", 1), ("e", 2), 0)]
+    assert hops[:3] == [(B("e", 1), B("d", 1), []), (B("e", 1), B("e", 0), []),
+                        (B("e", 1), B("e", 2), [])]  # fmt: skip
     assert len(hops) == 8
-    assert sorted(s for _, s in got) == ["S1", "S2", "S3", "S4"]
+    assert got == ["S1", "S2", "S3", "S4"]
+    assert all(b.stats.dropped == 0 for b in net.brokers.values())
 
 
-A1, A2 = ("x", 0), ("y", 0)
-ILINKS = {1: ("p", 1), 2: ("p", 2), 3: ("p", 3)}
+A1, A2 = 100, 101
+ILINKS = {1: 201, 2: 202, 3: 203}
 
 
 def run_idr(
-    busy: set[octopia.Broker],
-    q: dict[octopia.Broker, int],
-    alinks: list[octopia.Broker] | None = None,
-) -> list[tuple[octopia.Broker, str]]:
+    busy: set[int],
+    q: dict[int, int],
+    alinks: list[int] | None = None,
+) -> list[tuple[int, str]]:
     a = [A1, A2] if alinks is None else alinks
     copies = octopia.idr(a, ILINKS, busy.__contains__, lambda link: q.get(link, 0))
     return [(c.link, octopia.civ_str(c.civ, 4)) for c in copies]
@@ -359,7 +417,7 @@ def test_octopia_idr_table_rows() -> None:
 
 def test_octopia_link_status_table() -> None:
     lst = octopia.LinkStatusTable()  # delta 10, window 50 ms
-    link = ("p", 1)
+    link = 201
     assert not lst.congested(link) and lst.ce(link) == 1.0
     lst.observe(link, 0.00, n_in=30, n_out=10, q=25)
     assert not lst.congested(link)  # the window has not closed yet
@@ -378,35 +436,75 @@ def test_octopia_link_status_table() -> None:
     assert lst.ce(link) == float("inf") and lst.congested(link)
 
 
+class Queues:
+    """A driver's output queues as a test feeds them: each (broker, link) either backed up
+    (q 20, 10 in and 5 out per sample: CE 2) or draining (q from the table, CE 1/2)."""
+
+    def __init__(self, busy: set[tuple[int, int]], q: dict[tuple[int, int], int]) -> None:
+        self.busy = busy
+        self.q = q
+        self.samples = 0
+
+    def sample(self, broker: int, dst: int, now: float) -> tuple[int, int, int]:
+        self.samples += 1
+        if (broker, dst) in self.busy:
+            return 20 + self.q[(broker, dst)], 10, 5
+        return self.q[(broker, dst)] % 10, 5, 10
+
+
 @given(st.integers(0, 2**32 - 1))
 def test_octopia_idr_delivers_like_snr(seed: int) -> None:
-    """Whatever the congestion, IDR reaches exactly SNR's subscribers, each once."""
+    """Whatever the congestion the driver's queues report, IDR (on broker cores, sampling the
+    queues at ``now``) reaches exactly SNR's subscribers, each once."""
     rng = random.Random(seed)
-    regions = list(range(rng.randrange(1, 7)))
-    tree: dict[Hashable, set[Hashable]] = {r: set() for r in regions}
-    for r in regions[1:]:
-        p = rng.randrange(r)
-        tree[r].add(p)
-        tree[p].add(r)
+    n = rng.randrange(1, 7)
+    edges = [(rng.randrange(x), x) for x in range(1, n)]
     m = rng.randrange(1, 5)
-    net = octopia.Octopia(tree, m)
-    brokers = sorted(net.brokers, key=repr)
-    for i in range(rng.randrange(1, 12)):
-        lo = rng.uniform(0, 90)
-        net.subscribe(rng.choice(brokers), f"s{i}", ((lo, lo + rng.uniform(0, 30)),))
-    host = rng.choice(brokers)
-    net.advertise(host, "P", ((0.0, 100.0),))
+    groups = [[c * n + x for x in range(n)] for c in range(m)]
+    layout = octopia.build(edges, m, groups)
+    brokers = [v for g in groups for v in g]
     busy = {(a, b) for a in brokers for b in brokers if rng.random() < 0.4}
-    q = {(a, b): rng.randrange(50) for a in brokers for b in brokers}
-    for _ in range(5):
+    queues = Queues(busy, {(a, b): rng.randrange(50) for a in brokers for b in brokers})
+    snr, dyn = octopia_net(layout), octopia_net(layout, queues=queues)
+    live = {}
+    host = rng.choice(brokers)
+    ads = [net.act(host, lambda b, now: octo(b).advertise(b, Box.whole(LINE), now))
+           for net in (snr, dyn)]  # fmt: skip
+    for _ in range(rng.randrange(1, 12)):
+        lo = rng.uniform(0, 90)
+        box, v = iv(lo, lo + rng.uniform(0, 30), LINE), rng.choice(brokers)
+        sids = [net.act(v, lambda b, now, box=box: octo(b).subscribe(b, box, now))
+                for net in (snr, dyn)]  # fmt: skip
+        assert sids[0] == sids[1]
+        live[sids[0]] = (v, box)
+    for i in range(6):
         e = (rng.uniform(0, 100),)
-        _, snr = net.publish(host, "P", e)
-        _, dyn = net.publish(host, "P", e, lambda a, b: (a, b) in busy, lambda a, b: q[(a, b)])
-        assert sorted(snr, key=repr) == sorted(dyn, key=repr)
-        assert len(set(dyn)) == len(dyn)
-        want = {s for b in net.brokers.values() for s, (box, last) in b.prt.items()
-                if last is None and octopia.contains(box, e)}  # fmt: skip
-        assert {s for _, s in snr} == want
+        dyn.now = snr.now = 0.05 * i  # a new window each time: the last one's counts decide
+        got = [net.deliveries_of(net.act(host, lambda b, now, ad=ad: octo(b).publish(b, ad, e, now)))
+               for net, ad in zip((snr, dyn), ads, strict=True)]  # fmt: skip
+        assert got[0] == got[1] == oracle(live, e)
+    if m > 1 and any(octo(b).civ(b, ads[1]) & ~(1 << octo(b).c) for b in [dyn.brokers[host]]):
+        assert queues.samples > 0
+
+
+def test_octopia_idr_on_cores_sends_a_civ_n() -> None:
+    """Fig. 8's P3 with both of its host's target iLinks congested and its aLink free: one
+    copy on the aLink carrying CIV 101, and the aLink's far end sends the iLink copies."""
+    layout = octopia.build(PATH, 3, [[5 * c + x for x in range(5)] for c in range(3)])
+    h = B("e", 1)
+    queues = Queues({(h, B("e", 0)), (h, B("e", 2))}, Counter())
+    net = octopia_net(layout, queues=queues)
+    for b, _, (lo, hi) in FIG8_SUBS:
+        net.act(b, lambda br, now, box=iv(lo, hi, LINE): octo(br).subscribe(br, box, now))
+    ad = net.act(h, lambda br, now: octo(br).advertise(br, iv(20, 29, LINE), now))
+    net.act(h, lambda br, now: octo(br).publish(br, ad, (25,), now))  # samples the window
+    net.now = 0.05
+    net.delivered.clear()
+    eid = net.act(h, lambda br, now: octo(br).publish(br, ad, (25,), now))
+    hops = [(s.src, s.dst, list(s.msg.hdr)) for s in net.publications(eid)]  # type: ignore[attr-defined]
+    assert hops[0] == (h, B("d", 1), [0b101])
+    assert (B("d", 1), B("d", 0), []) in hops and (B("d", 1), B("d", 2), []) in hops
+    assert len(net.delivered) == 4
 
 
 # -------------------------------------------------------------------------------------- POP
