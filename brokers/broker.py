@@ -576,6 +576,34 @@ class Broker:
                     msg = Subscribe(ov.index, sub, wire, e.origin)
                 self.send(n, msg, now)
 
+    def offer_sub(self, overlay: int, n: int, sub: int, now: float) -> None:
+        """Forward PRT entry ``sub`` to neighbour ``n`` unless it went there already (or is
+        covered there): a publisher's migration pulls subscriptions toward its new broker."""
+        ov = self._ov(overlay)
+        self._send_sub(ov, n, sub, ov.tables.prt[sub], now)
+
+    def drop_sub(self, overlay: int, sub: int, now: float) -> None:
+        """Forget a remote PRT entry no advertisement needs any more (a migration's clean-up),
+        with no unsubscription: the hops past it drop theirs the same way. What it covered at a
+        neighbour is forwarded there now."""
+        ov = self._ov(overlay)
+        prt = ov.tables.prt
+        del prt[sub]
+        for n, idx in sorted(ov.tables.sent.items()):
+            for o, obox in idx.remove(sub)[1]:
+                self.send(n, Subscribe(ov.index, o, box_to_wire(obox), prt[o].origin), now)
+
+    def forget_sent(self, overlay: int, n: int, keep: Callable[[Box], bool]) -> None:
+        """Forget having forwarded to ``n`` every subscription whose box ``keep`` refuses (the
+        neighbour dropped it: a migration's clean-up), and the ones held back under it, so a
+        later advertisement can pull them again."""
+        idx = self._ov(overlay).tables.sent.get(n)
+        if idx is None:
+            return
+        stack = [sid for sid, box in idx.sent.items() if not keep(box)]
+        while stack:
+            stack.extend(o for o, _ in idx.remove(stack.pop())[1])
+
     def _send_sub(self, ov: _Overlay, n: int, sub: int, e: SubEntry, now: float) -> None:
         if ov.tables.sent_to(n).offer(sub, e.box):
             self.send(n, Subscribe(ov.index, sub, box_to_wire(e.box), e.origin), now)

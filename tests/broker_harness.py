@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from rangecast.brokers.broker import Broker, Delivered, RoutingConfig, Strategy
+from rangecast.brokers.clients import PAUSE, RESUME, ClientCommand, ClientRegistry
 from rangecast.brokers.filters import Box, matches
+from rangecast.brokers.migration import Relocation
 from rangecast.brokers.graphs import BrokerGraph, Overlay
 from rangecast.brokers.messages import Publish, broker_codec
 from rangecast.dht.wire import Message
@@ -87,6 +89,8 @@ class BrokerNet:
                 default=None,
             )
             if t_msg is None and (t_tim is None or until is None):
+                if until is not None:
+                    self.now = max(self.now, until)
                 return
             t = min(x for x in (t_msg, t_tim) if x is not None)
             if until is not None and t > until:
@@ -162,3 +166,52 @@ def oracle(
 ) -> Counter[tuple[int, int]]:
     """Brute force: every live subscription (sid -> (broker, box)) the event matches, once."""
     return Counter({(v, sid): 1 for sid, (v, box) in subs.items() if matches(box, values)})
+
+
+class Publishers:
+    """Publisher clients on a ``BrokerNet`` whose brokers run a ``Relocation`` strategy: the
+    client registry, and the driver's part of a migration (pause -> the migration ad at the
+    target; resume -> publish the buffer there). Records every publication as (eid, values)."""
+
+    def __init__(self, net: BrokerNet) -> None:
+        self.net = net
+        self.registry: ClientRegistry[tuple[float | None, ...]] = ClientRegistry()
+        self.ads: dict[int, int] = {}
+        self.published: list[tuple[int, tuple[float | None, ...]]] = []
+        net.on_event = self._event
+
+    def _strategy(self, v: int) -> Relocation:
+        s = self.net.brokers[v].strategy
+        assert isinstance(s, Relocation)
+        return s
+
+    def attach(self, client: int, v: int, box: Box) -> int:
+        self.registry.attach(client, v)
+        ad = self.net.act(v, lambda b, now: self._strategy(v).attach_publisher(b, client, box, now))
+        self.ads[client] = ad
+        return ad
+
+    def publish(self, client: int, values: Sequence[float | None], settle: bool = True) -> None:
+        vals = tuple(values)
+        v = self.registry.publish(client, vals)
+        if v is None:
+            return  # buffered: published at the target on resume
+        ad = self.ads[client]
+        eid = self.net.act(v, lambda b, now: self._strategy(v).publish(b, ad, vals, now), settle)
+        self.published.append((eid, vals))
+
+    def _event(self, v: int, ev: Any) -> None:
+        if not isinstance(ev, ClientCommand):
+            return
+        net = self.net
+        if ev.op == PAUSE:
+            self.registry.pause(ev.client)
+            t = ev.broker
+            self._strategy(t).migration_ad(net.brokers[t], ev.client, ev.ad, ev.path, net.now)
+            net.flush(t)
+        elif ev.op == RESUME:
+            ad = self.ads[ev.client]
+            for vals in self.registry.resume(ev.client, v):
+                b = net.brokers[v]
+                self.published.append((self._strategy(v).publish(b, ad, vals, net.now), vals))
+            net.flush(v)
