@@ -112,7 +112,12 @@ def kd_partition(
         # Right first on the stack, so the zones come out left to right.
         for part, kp in ((right, kz - kl), (left, kl)):
             todo.append(
-                (part, kp, [e for e in evs if matches(part, e)], [s for s in ss if overlaps(s, part)])
+                (
+                    part,
+                    kp,
+                    [e for e in evs if matches(part, e)],
+                    [s for s in ss if overlaps(s, part)],
+                )
             )
     return out
 
@@ -136,7 +141,7 @@ def _choose_cut(
         return dim, lo + spans[dim] * kl / (kl + kr)
     spread = []
     for d, (lo, hi, _, _) in enumerate(zone.dims):
-        pos = [(float(e[d]), alpha) for e in events if e[d] is not None]
+        pos = [(float(x), alpha) for e in events if (x := e[d]) is not None]
         pos += [((max(s.dims[d][0], lo) + min(s.dims[d][1], hi)) / 2, beta) for s in subs]
         w = sum(x for _, x in pos) or 1.0
         mean = sum(x * w_ for x, w_ in pos) / w
@@ -148,7 +153,9 @@ def _choose_cut(
     slo = sorted(s.dims[dim][0] for s in subs)
     shi = sorted(s.dims[dim][1] for s in subs)
     # A cut keeps a point on each side: above an open lower end, below the upper end.
-    cands = sorted({x for x in (*ev, *slo, *shi) if (lo < x or not lo_open and x == lo) and x < hi})
+    cands = sorted(
+        {x for x in (*ev, *slo, *shi) if (lo < x or (not lo_open and x == lo)) and x < hi}
+    )
     best: tuple[float, float, float] | None = None
     for m in cands:
         left = alpha * bisect_right(ev, m) + beta * bisect_right(slo, m)

@@ -264,9 +264,7 @@ class OctopiaStrategy(Strategy):
         self._cib(broker, box, now)
         return sid
 
-    def publish(
-        self, broker: Broker, ad: int, values: Sequence[float | None], now: float
-    ) -> int:
+    def publish(self, broker: Broker, ad: int, values: Sequence[float | None], now: float) -> int:
         e = broker.tables(self._layout.ilink).srt.get(ad)
         if e is None or e.lasthop != LOCAL or not matches(e.box, values):
             raise LocalProtocolError(f"publish needs an event inside local ad {ad}")
@@ -351,5 +349,3 @@ class OctopiaStrategy(Strategy):
         for link in links:
             q, n_in, n_out = self.queues.sample(v, link, now)
             self.lst.observe(link, now, n_in, n_out, q)
-
-

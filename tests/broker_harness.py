@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 from rangecast.brokers.broker import Broker, Delivered, RoutingConfig, Strategy
 from rangecast.brokers.clients import PAUSE, RESUME, ClientCommand, ClientRegistry
 from rangecast.brokers.filters import Box, matches
-from rangecast.brokers.migration import Relocation
 from rangecast.brokers.graphs import BrokerGraph, Overlay
 from rangecast.brokers.messages import Publish, broker_codec
+from rangecast.brokers.migration import Relocation
 from rangecast.dht.wire import Message
 from rangecast.pubsub.schema import Schema
 

@@ -77,7 +77,9 @@ def test_migration_at_random_times_never_loses_or_duplicates(seed: int, n: int) 
             ad = pubs.ads[1]
             if ad not in s.migrating:
                 target = rng.choice([v for v in g.nodes if v != src])
-                net.act(src, lambda b, now: s.start_migration(b, ad, tree_path(adj, target, src), now), False)
+                path = tree_path(adj, target, src)
+                go = s.start_migration
+                net.act(src, lambda b, now, go=go, ad=ad, p=path: go(b, ad, p, now), False)
                 moves += 1
         lo_hi = [(lo, hi) for lo, hi, _, _ in adbox.dims]
         values = tuple(float(rng.randint(int(lo), int(hi))) for lo, hi in lo_hi)

@@ -9,16 +9,15 @@ import random
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
+from broker_harness import BrokerNet, oracle
 from hypothesis import given
 from hypothesis import strategies as st
-
-from broker_harness import BrokerNet, oracle
 
 from rangecast.brokers import grape, kyra, octopia, pop
 from rangecast.brokers.broker import Broker, LinkQueues, siena
 from rangecast.brokers.filters import Box, matches
-from rangecast.brokers.messages import Control
 from rangecast.brokers.graphs import BrokerGraph, hac_cliques
+from rangecast.brokers.messages import Control
 from rangecast.brokers.tables import LOCAL
 from rangecast.pubsub.schema import Attribute, Schema
 from rangecast.pubsub.subscription import Range
@@ -53,7 +52,9 @@ def toy_latency(a: int, b: int) -> float:
     return 1.0 if ca == cb else 10.0 * abs(ca - cb)
 
 
-def toy_kyra(covering: bool = False, extra: Sequence[tuple[str, Box]] = ()) -> tuple[BrokerNet, dict[int, str]]:
+def toy_kyra(
+    covering: bool = False, extra: Sequence[tuple[str, Box]] = ()
+) -> tuple[BrokerNet, dict[int, str]]:
     zones = {ID[s]: iv(lo, hi) for s, (lo, hi) in ZONES.items()}
     layout = kyra.build(CLIQUES, zones, [iv(0, 3), iv(4, 6), iv(7, 9)], toy_latency, covering)
     net = BrokerNet(layout.graph, layout.overlays, TOY, layout.configs(), layout.strategy)
@@ -105,7 +106,9 @@ def test_kyra_toy_structures_reproduce_fig4() -> None:
     # Fig. 4 lists B with no proxy subscription: a slip, A's {1,5} overlaps B's zone 4-6 at 5
     assert proxy == {"A": {1, 2}, "B": {5}, "C": {7, 8}, "D": {0, 3}, "E": {5, 6}, "F": {2},
                      "G": {4, 5, 6}, "H": {7, 9}}  # fmt: skip
-    assert [(names[sid], SERVERS[o]) for sid, (o, _) in strat(net.brokers[ID["B"]]).proxy.items()] == [("A5", "A")]
+    assert [
+        (names[sid], SERVERS[o]) for sid, (o, _) in strat(net.brokers[ID["B"]]).proxy.items()
+    ] == [("A5", "A")]
     # Fig. 4's per-tree tables: at u on tree t, what is held on neighbour v's side
     tables: dict[tuple[str, int, str], set[int]] = {}
     for u, b in net.brokers.items():
@@ -307,11 +310,15 @@ def fig8(subs_first: bool) -> tuple[BrokerNet, dict[str, int], dict[str, int]]:
 
     def sub_all() -> None:
         for b, s, (lo, hi) in FIG8_SUBS:
-            subs[s] = net.act(b, lambda br, now, box=iv(lo, hi, LINE): octo(br).subscribe(br, box, now))
+            subs[s] = net.act(
+                b, lambda br, now, lo=lo, hi=hi: octo(br).subscribe(br, iv(lo, hi, LINE), now)
+            )
 
     def ad_all() -> None:
         for b, p, (lo, hi) in FIG8_ADS:
-            ads[p] = net.act(b, lambda br, now, box=iv(lo, hi, LINE): octo(br).advertise(br, box, now))
+            ads[p] = net.act(
+                b, lambda br, now, lo=lo, hi=hi: octo(br).advertise(br, iv(lo, hi, LINE), now)
+            )
 
     for step in (sub_all, ad_all) if subs_first else (ad_all, sub_all):
         step()
@@ -480,8 +487,10 @@ def test_octopia_idr_delivers_like_snr(seed: int) -> None:
     for i in range(6):
         e = (rng.uniform(0, 100),)
         dyn.now = snr.now = 0.05 * i  # a new window each time: the last one's counts decide
-        got = [net.deliveries_of(net.act(host, lambda b, now, ad=ad: octo(b).publish(b, ad, e, now)))
-               for net, ad in zip((snr, dyn), ads, strict=True)]  # fmt: skip
+        got = []
+        for net, ad in zip((snr, dyn), ads, strict=True):
+            eid = net.act(host, lambda b, now, ad=ad, e=e: octo(b).publish(b, ad, e, now))
+            got.append(net.deliveries_of(eid))
         assert got[0] == got[1] == oracle(live, e)
     if m > 1 and any(octo(b).civ(b, ads[1]) & ~(1 << octo(b).c) for b in [dyn.brokers[host]]):
         assert queues.samples > 0
@@ -495,7 +504,7 @@ def test_octopia_idr_on_cores_sends_a_civ_n() -> None:
     queues = Queues({(h, B("e", 0)), (h, B("e", 2))}, Counter())
     net = octopia_net(layout, queues=queues)
     for b, _, (lo, hi) in FIG8_SUBS:
-        net.act(b, lambda br, now, box=iv(lo, hi, LINE): octo(br).subscribe(br, box, now))
+        net.act(b, lambda br, now, lo=lo, hi=hi: octo(br).subscribe(br, iv(lo, hi, LINE), now))
     ad = net.act(h, lambda br, now: octo(br).advertise(br, iv(20, 29, LINE), now))
     net.act(h, lambda br, now: octo(br).publish(br, ad, (25,), now))  # samples the window
     net.now = 0.05
