@@ -198,23 +198,7 @@ def matches(box: Box, event: Sequence[float | None]) -> bool:
 
 def overlaps(a: Box, b: Box) -> bool:
     """Whether some event is in both boxes."""
-    for (alo, ahi, alo_o, ahi_o), (blo, bhi, blo_o, bhi_o) in zip(a.dims, b.dims, strict=True):
-        # The larger lower end against the smaller upper end; a shared end must be closed in both.
-        if alo > blo:
-            lo, lo_o = alo, alo_o
-        elif alo < blo:
-            lo, lo_o = blo, blo_o
-        else:
-            lo, lo_o = alo, alo_o or blo_o
-        if ahi < bhi:
-            hi, hi_o = ahi, ahi_o
-        elif ahi > bhi:
-            hi, hi_o = bhi, bhi_o
-        else:
-            hi, hi_o = ahi, ahi_o or bhi_o
-        if lo > hi or (lo == hi and (lo_o or hi_o)):
-            return False
-    return True
+    return all(_meet(da, db) is not None for da, db in zip(a.dims, b.dims, strict=True))
 
 
 def covers(a: Box, b: Box) -> bool:

@@ -12,6 +12,7 @@ Not a test module (no ``test_`` prefix)."""
 from __future__ import annotations
 
 import heapq
+import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -215,3 +216,12 @@ class Publishers:
                 b = net.brokers[v]
                 self.published.append((self._strategy(v).publish(b, ad, vals, net.now), vals))
             net.flush(v)
+
+
+def random_rtt(rng: random.Random, n: int, lo: float, hi: float) -> list[list[float]]:
+    """A symmetric RTT matrix with uniform random entries: varied timings for the loop."""
+    rtt = [[0.0] * n for _ in range(n)]
+    for a in range(n):
+        for b in range(a + 1, n):
+            rtt[a][b] = rtt[b][a] = rng.uniform(lo, hi)
+    return rtt

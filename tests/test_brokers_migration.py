@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from broker_harness import BrokerNet, Publishers, oracle
+from broker_harness import BrokerNet, Publishers, oracle, random_rtt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,11 +37,7 @@ def _box(rng: random.Random) -> Box:
 
 def _tree(rng: random.Random, n: int) -> BrokerGraph:
     shape = kary_tree(range(n), rng.randint(1, 3), rng)
-    rtt = [[0.0] * n for _ in range(n)]
-    for a in range(n):
-        for b in range(a + 1, n):
-            rtt[a][b] = rtt[b][a] = rng.uniform(1, 40)
-    g = BrokerGraph(range(n), rtt)
+    g = BrokerGraph(range(n), random_rtt(rng, n, 1, 40))
     for a, b in shape.edges:
         g.add_edge(a, b, "tree")
     return g
