@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -89,6 +89,7 @@ __all__ = [
     "Broker",
     "BrokerStats",
     "Delivered",
+    "LinkQueues",
     "RoutingConfig",
     "Strategy",
     "padres",
@@ -209,6 +210,16 @@ class Strategy:
         return None
 
 
+class LinkQueues(Protocol):
+    """The driver's per-link output queues, as a strategy reads them (OctopiA's IDR, GRAPE's
+    delay estimate): the broker core has no queue, the engine that paces its sends has."""
+
+    def sample(self, broker: int, dst: int, now: float) -> tuple[int, int, int]:
+        """(queue length now, messages enqueued, messages sent) on ``broker``'s output queue to
+        ``dst``; the two counts since the previous sample of that queue."""
+        ...
+
+
 class _Overlay:
     __slots__ = ("config", "index", "neighbours", "nset", "tables")
 
@@ -262,7 +273,7 @@ class Broker:
         self.stats = BrokerStats()
         self.timers: TimerHeap[str] = TimerHeap()
         self._out: list[tuple[int, Message]] = []
-        self._events: list[Delivered] = []
+        self._events: list[Any] = []
         self._next_id = 0
 
     # -- outputs -------------------------------------------------------------------------------
@@ -271,7 +282,7 @@ class Broker:
         out, self._out = self._out, []
         return out
 
-    def take_events(self) -> list[Delivered]:
+    def take_events(self) -> list[Any]:
         ev, self._events = self._events, []
         return ev
 
@@ -565,6 +576,34 @@ class Broker:
                     msg = Subscribe(ov.index, sub, wire, e.origin)
                 self.send(n, msg, now)
 
+    def offer_sub(self, overlay: int, n: int, sub: int, now: float) -> None:
+        """Forward PRT entry ``sub`` to neighbour ``n`` unless it went there already (or is
+        covered there): a publisher's migration pulls subscriptions toward its new broker."""
+        ov = self._ov(overlay)
+        self._send_sub(ov, n, sub, ov.tables.prt[sub], now)
+
+    def drop_sub(self, overlay: int, sub: int, now: float) -> None:
+        """Forget a remote PRT entry no advertisement needs any more (a migration's clean-up),
+        with no unsubscription: the hops past it drop theirs the same way. What it covered at a
+        neighbour is forwarded there now."""
+        ov = self._ov(overlay)
+        prt = ov.tables.prt
+        del prt[sub]
+        for n, idx in sorted(ov.tables.sent.items()):
+            for o, obox in idx.remove(sub)[1]:
+                self.send(n, Subscribe(ov.index, o, box_to_wire(obox), prt[o].origin), now)
+
+    def forget_sent(self, overlay: int, n: int, keep: Callable[[Box], bool]) -> None:
+        """Forget having forwarded to ``n`` every subscription whose box ``keep`` refuses (the
+        neighbour dropped it: a migration's clean-up), and the ones held back under it, so a
+        later advertisement can pull them again."""
+        idx = self._ov(overlay).tables.sent.get(n)
+        if idx is None:
+            return
+        stack = [sid for sid, box in idx.sent.items() if not keep(box)]
+        while stack:
+            stack.extend(o for o, _ in idx.remove(stack.pop())[1])
+
     def _send_sub(self, ov: _Overlay, n: int, sub: int, e: SubEntry, now: float) -> None:
         if ov.tables.sent_to(n).offer(sub, e.box):
             self.send(n, Subscribe(ov.index, sub, box_to_wire(e.box), e.origin), now)
@@ -598,6 +637,16 @@ class Broker:
 
     def route_pub(self, overlay: int, msg: Publish, src: int, now: float) -> None:
         """``route_pub``: deliver locally, then one copy per matching lasthop but ``src``."""
+        local, targets = self.match(overlay, msg, src)
+        self.deliver(overlay, msg, local, src, now, bool(targets))
+        for n in targets:
+            self.send(n, msg, now)
+
+    def match(self, overlay: int, msg: Publish, src: int) -> tuple[tuple[int, ...], list[int]]:
+        """Match ``msg`` against the overlay's PRT: (local subscription ids, the sorted
+        neighbours but ``src`` that are lasthops of matching entries). Systems that route
+        publications themselves (OctopiA's iLinks, POP's traced publications) call it, then
+        ``deliver``, then send their own copies."""
         ov = self._ov(overlay)
         prt = ov.tables.prt
         values = msg.values
@@ -618,20 +667,36 @@ class Broker:
                 th = hops.get(tid) if hops is not None else None
                 if th is not None and th != src:
                     targets.add(th)
+        self.stats.matchings += len(prt)
+        return tuple(local), sorted(targets)
+
+    def deliver(
+        self,
+        overlay: int,
+        msg: Publish,
+        sids: tuple[int, ...],
+        src: int,
+        now: float,
+        forwarded: bool,
+    ) -> None:
+        """The local matches of a publication (through the strategy's ``on_deliver``), and the
+        reception counters: a received publication that delivers nothing is a pure forward when
+        it goes on (``forwarded``), a false positive otherwise."""
         s = self.stats
-        s.matchings += len(prt)
-        if local:
-            sids = tuple(local)
+        if sids:
             if not self.strategy.on_deliver(self, msg, sids, src, now):
                 s.deliveries += len(sids)
-                self._events.append(Delivered(overlay, msg.eid, tuple(values), sids, now))
-        if src != LOCAL and not local:
-            if targets:
+                self._events.append(Delivered(overlay, msg.eid, tuple(msg.values), sids, now))
+        elif src != LOCAL:
+            if forwarded:
                 s.pure_forwards += 1
             else:
                 s.false_positives += 1
-        for n in sorted(targets):
-            self.send(n, msg, now)
+
+    def emit(self, event: Any) -> None:
+        """Queue an output event for the driver (a strategy's client commands, its own
+        deliveries); ``take_events`` returns them in order with the ``Delivered`` ones."""
+        self._events.append(event)
 
 
 _HANDLERS: dict[type[Message], Handler] = {

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from rangecast.pubsub.schema import Schema, SchemaError
 from rangecast.pubsub.subscription import Range, Subscription
 
-__all__ = ["Box", "Dim", "covers", "intersect", "matches", "overlaps"]
+__all__ = ["Box", "Dim", "covers", "intersect", "matches", "overlaps", "split"]
 
 #: One attribute of a box: (lo, hi, lo_open, hi_open).
 Dim = tuple[float, float, bool, bool]
@@ -198,23 +198,7 @@ def matches(box: Box, event: Sequence[float | None]) -> bool:
 
 def overlaps(a: Box, b: Box) -> bool:
     """Whether some event is in both boxes."""
-    for (alo, ahi, alo_o, ahi_o), (blo, bhi, blo_o, bhi_o) in zip(a.dims, b.dims, strict=True):
-        # The larger lower end against the smaller upper end; a shared end must be closed in both.
-        if alo > blo:
-            lo, lo_o = alo, alo_o
-        elif alo < blo:
-            lo, lo_o = blo, blo_o
-        else:
-            lo, lo_o = alo, alo_o or blo_o
-        if ahi < bhi:
-            hi, hi_o = ahi, ahi_o
-        elif ahi > bhi:
-            hi, hi_o = bhi, bhi_o
-        else:
-            hi, hi_o = ahi, ahi_o or bhi_o
-        if lo > hi or (lo == hi and (lo_o or hi_o)):
-            return False
-    return True
+    return all(_meet(da, db) is not None for da, db in zip(a.dims, b.dims, strict=True))
 
 
 def covers(a: Box, b: Box) -> bool:
@@ -244,3 +228,23 @@ def intersect(a: Box, b: Box) -> Box | None:
         dims.append(d)
     # Free only where both are free; int ends stay integral because both inputs' ends are.
     return Box(tuple(dims), a.free & b.free)
+
+
+def split(box: Box, i: int, cut: float, integral: bool = False) -> tuple[Box | None, Box | None]:
+    """``box`` cut on attribute ``i`` at ``cut``: (the part with values ``<= cut``, the part
+    with values ``> cut``), either None when empty; the two never share a point (Kyra's zones).
+    A free attribute becomes constrained (its whole domain split in two: a zone partitions the
+    values, an event missing the attribute is in neither). ``integral``: an int attribute,
+    whose upper part then starts at the next integer."""
+    parts: list[Box | None] = []
+    for half in ((-math.inf, cut, False, False), (cut, math.inf, True, False)):
+        d = _meet(box.dims[i], half)
+        if d is not None and integral:
+            d = _integral(d)
+        if d is None:
+            parts.append(None)
+            continue
+        dims = list(box.dims)
+        dims[i] = d
+        parts.append(Box(tuple(dims), box.free & ~(1 << i)))
+    return parts[0], parts[1]

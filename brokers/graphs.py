@@ -284,7 +284,8 @@ def scot(
         raise LocalProtocolError(f"SCOT needs m >= 1 groups, got m={m} and {len(groups)} groups")
     n = len(tree_edges) + 1
     shape = Overlay("shape", tree_edges)
-    if shape.members != list(range(n)) or not shape.is_tree():
+    # A single region (no edge) is a tree too: the SCOT is then one K_m.
+    if tree_edges and (shape.members != list(range(n)) or not shape.is_tree()):
         raise LocalProtocolError(f"tree_edges must form a tree over positions 0..{n - 1}")
     for c, grp in enumerate(groups):
         if len(grp) != n:

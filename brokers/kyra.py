@@ -1,200 +1,161 @@
-"""Kyra (Cao & Singh, INFOCOM 2004): server cliques, zone partitions and per-zone routing trees.
+"""Kyra (Cao & Singh, INFOCOM 2004) as a configuration of broker cores: server cliques, zone
+partitions and per-zone SIENA trees, with a ``KyraStrategy`` doing subscription movement and the
+two unicast hops.
 
 Theory of operation
 -------------------
-Kyra routes in two levels. Servers close in latency form **cliques** (full mesh inside); each
-clique splits the content space into one **zone** per server, and a server is the **proxy** of
-every subscription of its clique that overlaps its zone (clipped to the zone). Globally the space
-is split into T **tree zones**; a server joins every tree whose zone overlaps its own, and each
-tree is a latency MST over its members running SIENA without advertisements: every proxy floods
-its clipped subscriptions ``s & zone(p) & zone(t)`` over the tree, so a server keeps, per tree
-and per tree neighbour, the boxes held on that neighbour's side.
+Kyra routes in two levels. Servers close in latency form **cliques** (``graphs.hac_cliques``,
+each a full mesh: overlay 0, label ``clique``); each clique splits the content space into one
+**zone** per server, and a server is the **proxy** of every subscription of its clique that
+overlaps its zone. Globally the space is split into T **tree zones**; a server joins every tree
+whose zone overlaps its own, and tree t is a latency MST over its members (``graphs.latency_mst``,
+label ``tree:t``, overlay 1 + t) running SIENA (flooded subscriptions, optional covering). A
+proxy installs ``s & zone(p) & zone(t)`` on each tree t it is on, as a local subscription of
+that tree, so the tree's PRTs are exactly Kyra's per-neighbour tables.
 
-An event e published at server o travels::
-
-    o --clique--> p = the server of clique(o) whose zone holds e      (none if o = p)
-    p, then every tree member reached  --tree t(e)-->  neighbours with a matching entry
-    each server reached, per origin of a matching proxy subscription  --proxy-->  origin
+=====================  =====================================================================
+input at server v      action (the strategy's; routing on the trees is the broker core's)
+=====================  =====================================================================
+client subscribes s    PRT(clique overlay)[s] = local (the origin's delivery entry); MOVE(s)
+                       to every clique peer p whose zone overlaps s (itself: no message)
+MOVE(s) from o         proxy: per tree t of v, ``subscribe(s & zone(v) & zone(t))`` on t,
+                       remembering tree sub -> origin o
+client publishes e     the clique server p whose zone holds e gets it (Publish on the clique
+                       overlay, none if p = v); p routes e on tree t(e) as its source
+tree match at v        ``on_deliver``: one Publish (header TO_ORIGIN) per origin server of
+                       the matched tree subscriptions (none on the wire for v itself)
+TO_ORIGIN publication  the origin matches its clique-overlay PRT: its clients' deliveries
+=====================  =====================================================================
 
 ``p`` always belongs to t(e) (its zone holds e, so it overlaps zone(t(e))). Within a clique the
-zones are disjoint, so a subscription is matched at exactly one proxy: no duplicates.
+zones are disjoint, so each subscription of the clique is matched at exactly one proxy, and an
+origin gets each event at most once: no duplicates, and the origin's own matching decides which
+of its clients get it.
 
-==============================  ==============================================================
-step                            reading chosen where the text is silent (docs/baselines.md)
-==============================  ==============================================================
-HAC (Fig. 5)                    complete linkage; ties by (distance, server order); returns
-                                when no pair can merge (the printed loop never ends then)
-zones                           k-d bisection (``kd_partition``), ceil(k/2):floor(k/2)
-clipping                        proxy set clipped to zone(p), tree entries to zone(p)&zone(t)
-tree                            Prim's MST on latency over the members (``prim_mst``)
-last hop                        the proxy unicasts e once per origin server (text is silent)
-==============================  ==============================================================
-
-Boxes are tuples of inclusive ``(lo, hi)`` intervals, one per attribute; events are points. A
-split at ``m`` gives ``[lo, m]`` and ``[nextafter(m), hi]``, so partition zones never share a
-point. Nodes are any hashables; ties follow the order of the ``servers`` sequence given.
+Zones (``kd_partition``) are boxes (``brokers.filters.Box``) that constrain every attribute and
+partition the domain: Kyra routes complete events (an event missing an attribute is in no zone;
+``LocalProtocolError`` at ``publish``).
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 from bisect import bisect_right
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from rangecast.dht.errors import LocalProtocolError
+from rangecast.brokers.broker import Broker, RoutingConfig, Strategy, siena
+from rangecast.brokers.filters import Box, intersect, matches, overlaps, split
+from rangecast.brokers.graphs import BrokerGraph, Overlay, RttLike, clique_graph, latency_mst
+from rangecast.brokers.messages import Control, Publish, box_from_wire, box_to_wire
+from rangecast.brokers.tables import LOCAL, SubEntry
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.wire import Message
+from rangecast.pubsub.schema import Schema
+from rangecast.pubsub.subscription import Range
 
-Node = Hashable
-Interval = tuple[float, float]
-Box = tuple[Interval, ...]
-Point = tuple[float, ...]
-Dist = Callable[[Node, Node], float]
-Adjacency = dict[Node, set[Node]]
-#: per tree node, per tree neighbour: the clipped boxes held on that neighbour's side
-Tables = dict[Node, dict[Node, list[Box]]]
+__all__ = [
+    "CLIQUE",
+    "KyraLayout",
+    "KyraStrategy",
+    "build",
+    "domain_box",
+    "kd_partition",
+    "zone_index",
+]
 
-
-# ------------------------------------------------------------------------------- box algebra
-def contains(box: Box, point: Point) -> bool:
-    return all(lo <= v <= hi for (lo, hi), v in zip(box, point, strict=True))
-
-
-def overlaps(a: Box, b: Box) -> bool:
-    return all(alo <= bhi and blo <= ahi for (alo, ahi), (blo, bhi) in zip(a, b, strict=True))
-
-
-def clip(a: Box, b: Box) -> Box | None:
-    """``a & b``, or None when they do not overlap."""
-    out = tuple((max(alo, blo), min(ahi, bhi)) for (alo, ahi), (blo, bhi) in zip(a, b, strict=True))
-    return out if all(lo <= hi for lo, hi in out) else None
-
-
-def covers(a: Box, b: Box) -> bool:
-    return all(alo <= blo and bhi <= ahi for (alo, ahi), (blo, bhi) in zip(a, b, strict=True))
-
-
-def distance_fn(latency: Dist | Sequence[Sequence[float]], servers: Sequence[Node]) -> Dist:
-    """A callable over nodes from either a callable or a matrix indexed like ``servers``."""
-    if callable(latency):
-        return latency
-    index = {s: i for i, s in enumerate(servers)}
-    matrix = latency
-    return lambda a, b: matrix[index[a]][index[b]]
-
-
-# ----------------------------------------------------------------------------------- cliques
-def hac_cliques(
-    servers: Sequence[Node], dist: Dist, max_distance: float, max_num_servers: int
-) -> list[tuple[Node, ...]]:
-    """Fig. 5 with complete linkage: repeatedly merge the closest pair of cliques whose joint
-    size is at most ``max_num_servers``, stop at the first distance above ``max_distance`` or
-    when no pair can merge. A heap with versioned entries keeps it O(n^2 log n)."""
-    if max_num_servers < 1:
-        raise LocalProtocolError("max_num_servers must be >= 1")
-    n = len(servers)
-    members: list[list[int] | None] = [[i] for i in range(n)]
-    d = [[dist(servers[i], servers[j]) for j in range(n)] for i in range(n)]
-    version = [0] * n
-    heap = [(d[i][j], i, j, 0, 0) for i in range(n) for j in range(i + 1, n)]
-    heapq.heapify(heap)
-    while heap:
-        dij, i, j, vi, vj = heapq.heappop(heap)
-        mi, mj = members[i], members[j]
-        if mi is None or mj is None or version[i] != vi or version[j] != vj:
-            continue  # stale: one side merged since
-        if dij > max_distance:
-            break
-        if len(mi) + len(mj) > max_num_servers:
-            continue  # sizes only grow: this pair can never merge
-        mi.extend(mj)
-        members[j] = None
-        version[i] += 1
-        for k in range(n):
-            if k != i and members[k] is not None:
-                d[i][k] = d[k][i] = max(d[i][k], d[j][k])  # complete linkage
-                a, b = min(i, k), max(i, k)
-                heapq.heappush(heap, (d[a][b], a, b, version[a], version[b]))
-    return [tuple(servers[x] for x in sorted(m)) for m in members if m is not None]
+#: Overlay index of the clique meshes; tree t is overlay 1 + t.
+CLIQUE = 0
+#: Control ops on the clique overlay.
+OP_MOVE, OP_UNMOVE = 1, 2
+#: Header of the proxy -> origin publication (the zone holder's relay has none).
+TO_ORIGIN = 1
 
 
 # -------------------------------------------------------------------------------- partitions
+def domain_box(schema: Schema) -> Box:
+    """The whole domain with every attribute constrained (the root zone)."""
+    return Box.from_ranges(
+        schema, {i: Range(a.min, a.max) for i, a in enumerate(schema.attributes)}
+    )
+
+
 def kd_partition(
-    domain: Box,
+    schema: Schema,
     k: int,
-    events: Sequence[Point] = (),
+    events: Sequence[Sequence[float | None]] = (),
     subs: Sequence[Box] = (),
     alpha: float = 1.0,
     beta: float = 1.0,
 ) -> list[Box]:
-    """Split ``domain`` into ``k`` disjoint boxes of balanced load ``alpha*events +
+    """Split the domain into ``k`` disjoint zones of balanced load ``alpha*events +
     beta*overlapping subscriptions``: split along the attribute whose load is most spread
     (weighted standard deviation over the zone's width), at the cut that minimises the larger of
     load(left)/k_left and load(right)/k_right (the weighted median for k_left = k_right), with
     k_left = ceil(k/2). Without load, split the relatively widest attribute in proportion."""
     if k < 1:
         raise LocalProtocolError("k must be >= 1")
-    widths = [hi - lo for lo, hi in domain]
+    root = domain_box(schema)
+    widths = [hi - lo for lo, hi, _, _ in root.dims]
+    ints = [a.type == "int" for a in schema.attributes]
     out: list[Box] = []
-    inside = [s for s in subs if overlaps(s, domain)]
-    _split(domain, k, list(events), inside, alpha, beta, widths, out)
+    todo = [(root, k, list(events), [s for s in subs if overlaps(s, root)])]
+    while todo:
+        zone, kz, evs, ss = todo.pop()
+        if kz == 1:
+            out.append(zone)
+            continue
+        kl = (kz + 1) // 2
+        dim, cut = _choose_cut(zone, kl, kz - kl, evs, ss, alpha, beta, widths)
+        left, right = split(zone, dim, cut, ints[dim])
+        if left is None or right is None:
+            raise LocalProtocolError(f"the domain is too narrow for {k} zones")
+        # Right first on the stack, so the zones come out left to right.
+        for part, kp in ((right, kz - kl), (left, kl)):
+            todo.append(
+                (
+                    part,
+                    kp,
+                    [e for e in evs if matches(part, e)],
+                    [s for s in ss if overlaps(s, part)],
+                )
+            )
     return out
-
-
-def _split(
-    zone: Box,
-    k: int,
-    events: list[Point],
-    subs: list[Box],
-    alpha: float,
-    beta: float,
-    widths: list[float],
-    out: list[Box],
-) -> None:
-    if k == 1:
-        out.append(zone)
-        return
-    kl = (k + 1) // 2
-    kr = k - kl
-    dim, cut = _choose_cut(zone, kl, kr, events, subs, alpha, beta, widths)
-    lo, hi = zone[dim]
-    left = (*zone[:dim], (lo, cut), *zone[dim + 1 :])
-    right = (*zone[:dim], (math.nextafter(cut, math.inf), hi), *zone[dim + 1 :])
-    for part, kp in ((left, kl), (right, kr)):
-        evs = [e for e in events if contains(part, e)]
-        _split(part, kp, evs, [s for s in subs if overlaps(s, part)], alpha, beta, widths, out)
 
 
 def _choose_cut(
     zone: Box,
     kl: int,
     kr: int,
-    events: list[Point],
+    events: list[Sequence[float | None]],
     subs: list[Box],
     alpha: float,
     beta: float,
     widths: list[float],
 ) -> tuple[int, float]:
     total = alpha * len(events) + beta * len(subs)
-    spans = [hi - lo for lo, hi in zone]
+    spans = [hi - lo for lo, hi, _, _ in zone.dims]
+    n = len(spans)
     if total <= 0:
-        dim = max(range(len(zone)), key=lambda d: (spans[d] / widths[d] if widths[d] else 0, -d))
-        lo = zone[dim][0]
+        dim = max(range(n), key=lambda d: (spans[d] / widths[d] if widths[d] else 0, -d))
+        lo = zone.dims[dim][0]
         return dim, lo + spans[dim] * kl / (kl + kr)
     spread = []
-    for d, (lo, hi) in enumerate(zone):
-        pos = [(e[d], alpha) for e in events] + [
-            ((max(s[d][0], lo) + min(s[d][1], hi)) / 2, beta) for s in subs
-        ]
-        mean = sum(x * w for x, w in pos) / total
-        var = sum(w * (x - mean) ** 2 for x, w in pos) / total
-        spread.append(math.sqrt(var) / spans[d] if spans[d] > 0 else -1.0)
-    dim = max(range(len(zone)), key=lambda d: (spread[d], -d))
-    lo, hi = zone[dim]
-    ev = sorted(e[dim] for e in events)
-    slo = sorted(s[dim][0] for s in subs)
-    shi = sorted(s[dim][1] for s in subs)
-    cands = sorted({x for x in (*ev, *slo, *shi) if lo <= x < hi})
+    for d, (lo, hi, _, _) in enumerate(zone.dims):
+        pos = [(float(x), alpha) for e in events if (x := e[d]) is not None]
+        pos += [((max(s.dims[d][0], lo) + min(s.dims[d][1], hi)) / 2, beta) for s in subs]
+        w = sum(x for _, x in pos) or 1.0
+        mean = sum(x * w_ for x, w_ in pos) / w
+        var = sum(w_ * (x - mean) ** 2 for x, w_ in pos) / w
+        spread.append(var**0.5 / spans[d] if spans[d] > 0 else -1.0)
+    dim = max(range(n), key=lambda d: (spread[d], -d))
+    lo, hi, lo_open, _ = zone.dims[dim]
+    ev = sorted(float(v) for e in events if (v := e[dim]) is not None)
+    slo = sorted(s.dims[dim][0] for s in subs)
+    shi = sorted(s.dims[dim][1] for s in subs)
+    # A cut keeps a point on each side: above an open lower end, below the upper end.
+    cands = sorted(
+        {x for x in (*ev, *slo, *shi) if (lo < x or (not lo_open and x == lo)) and x < hi}
+    )
     best: tuple[float, float, float] | None = None
     for m in cands:
         left = alpha * bisect_right(ev, m) + beta * bisect_right(slo, m)
@@ -207,172 +168,171 @@ def _choose_cut(
     return dim, best[2]
 
 
-def zone_index(zones: Sequence[Box], point: Point) -> int:
-    """The first zone holding ``point`` (partition zones are disjoint, so the only one)."""
+def zone_index(zones: Sequence[Box], values: Sequence[float | None]) -> int:
+    """The zone holding the event (partition zones are disjoint: the only one)."""
     for i, z in enumerate(zones):
-        if contains(z, point):
+        if matches(z, values):
             return i
-    raise LocalProtocolError(f"no zone holds {point}")
+    raise LocalProtocolError(f"no zone holds {tuple(values)}")
 
 
-# ------------------------------------------------------------------------------------- trees
-def prim_mst(members: Sequence[Node], dist: Dist) -> Adjacency:
-    """Prim's MST on the complete latency graph over ``members``; ties by member order."""
-    adj: Adjacency = {m: set() for m in members}
-    if not members:
-        return adj
-    best = {m: (dist(members[0], m), 0) for m in members[1:]}
-    order = {m: i for i, m in enumerate(members)}
-    while best:
-        v = min(best, key=lambda m: (best[m][0], best[m][1], order[m]))
-        _, u = best.pop(v)
-        adj[members[u]].add(v)
-        adj[v].add(members[u])
-        for w in best:
-            dw = dist(v, w)
-            if (dw, order[v]) < best[w]:
-                best[w] = (dw, order[v])
-    return adj
-
-
-def tree_tables(
-    adj: Adjacency, held: Mapping[Node, Sequence[Box]], covering: bool = False
-) -> Tables:
-    """SIENA on a tree after flooding: at u, for neighbour v, every box held on v's side. With
-    ``covering`` a box covered by another one of the same list is dropped (the order-free end
-    state of covering)."""
-    side: dict[tuple[Node, Node], list[Box]] = {}
-
-    def beyond(u: Node, v: Node) -> list[Box]:  # boxes held at v and past v, seen from u
-        if (u, v) not in side:
-            boxes = list(held.get(v, ()))
-            for w in adj[v]:
-                if w != u:
-                    boxes.extend(beyond(v, w))
-            side[(u, v)] = boxes
-        return side[(u, v)]
-
-    order = {u: i for i, u in enumerate(adj)}
-    tables: Tables = {}
-    for u in adj:
-        tables[u] = {}
-        for v in sorted(adj[u], key=order.__getitem__):
-            boxes = beyond(u, v)
-            tables[u][v] = _maximal(boxes) if covering else list(boxes)
-    return tables
-
-
-def _maximal(boxes: list[Box]) -> list[Box]:
-    keep: list[Box] = []
-    for i, b in enumerate(boxes):
-        if not any(covers(c, b) and (c != b or j < i) for j, c in enumerate(boxes) if j != i):
-            keep.append(b)
-    return keep
-
-
-def tree_route(
-    adj: Adjacency, tables: Tables, entry: Node, event: Point
-) -> list[tuple[Node, Node]]:
-    """Filter-based routing from ``entry``: at each server, one copy to every neighbour but the
-    sender with a matching entry. Returns the hops in send order (depth first)."""
-    hops: list[tuple[Node, Node]] = []
-    stack: list[tuple[Node, Node | None]] = [(entry, None)]
-    while stack:
-        u, came = stack.pop()
-        nxt = [
-            v
-            for v, boxes in tables[u].items()
-            if v != came and any(contains(b, event) for b in boxes)
-        ]
-        for v in nxt:
-            hops.append((u, v))
-        stack.extend((v, u) for v in reversed(nxt))
-    return hops
-
-
-# ------------------------------------------------------------------------------------- Kyra
-@dataclass(frozen=True, slots=True)
-class Subscription:
-    sub_id: Hashable
-    origin: Node
-    box: Box
-
-
+# ------------------------------------------------------------------------------------ layout
 @dataclass(slots=True)
-class Kyra:
-    """The built structures of one Kyra network (static: sample, build, then measure)."""
+class KyraLayout:
+    """One Kyra network (static: sample, build, then measure): the graph, its overlays (the
+    clique meshes, then one tree per global zone) and the zones."""
 
-    cliques: list[tuple[Node, ...]]
-    zone: dict[Node, Box]
+    graph: BrokerGraph
+    overlays: list[Overlay]
+    cliques: list[list[int]]
+    zone: dict[int, Box]
     tree_zones: list[Box]
-    members: list[tuple[Node, ...]] = field(default_factory=list)
-    tree_adj: list[Adjacency] = field(default_factory=list)
-    #: proxy server -> its proxy subscriptions, boxes clipped to its zone
-    proxies: dict[Node, list[Subscription]] = field(default_factory=dict)
-    tables: list[Tables] = field(default_factory=list)
-    clique_of: dict[Node, int] = field(default_factory=dict)
+    members: list[list[int]]
+    covering: bool = False
+
+    def configs(self) -> dict[int, RoutingConfig]:
+        """The clique overlay carries only the strategy's unicasts; the trees run SIENA."""
+        cfg = {CLIQUE: siena()}
+        cfg.update({1 + t: siena(self.covering) for t in range(len(self.tree_zones))})
+        return cfg
+
+    def strategy(self, v: int) -> KyraStrategy:
+        return KyraStrategy(self, v)
 
 
 def build(
-    cliques: Sequence[Sequence[Node]],
-    zone: Mapping[Node, Box],
+    cliques: Sequence[Sequence[int]],
+    zone: Mapping[int, Box],
     tree_zones: Sequence[Box],
-    subs: Iterable[Subscription],
-    dist: Dist,
-    mst: Callable[[Sequence[Node], Dist], Adjacency] = prim_mst,
+    rtt: RttLike,
     covering: bool = False,
-) -> Kyra:
-    """Tree membership, per-tree MSTs, proxy sets and per-tree filter tables."""
-    k = Kyra([tuple(c) for c in cliques], dict(zone), list(tree_zones))
-    k.clique_of = {s: i for i, c in enumerate(k.cliques) for s in c}
-    servers = [s for c in k.cliques for s in c]
-    k.proxies = {s: [] for s in servers}
-    for sub in subs:
-        for p in k.cliques[k.clique_of[sub.origin]]:
-            part = clip(sub.box, k.zone[p])
-            if part is not None:
-                k.proxies[p].append(Subscription(sub.sub_id, sub.origin, part))
-    for tz in k.tree_zones:
-        members = tuple(s for s in servers if overlaps(k.zone[s], tz))
-        adj = mst(members, dist)
-        held: dict[Node, list[Box]] = {}
-        for p in members:
-            held[p] = [b for b in (clip(x.box, tz) for x in k.proxies[p]) if b is not None]
-        k.members.append(members)
-        k.tree_adj.append(adj)
-        k.tables.append(tree_tables(adj, held, covering))
-    return k
+) -> KyraLayout:
+    """The clique meshes and, per tree zone, the latency MST over the servers whose zone
+    overlaps it (members in clique order)."""
+    g = clique_graph(cliques, rtt)
+    members: list[list[int]] = []
+    for t, tz in enumerate(tree_zones):
+        ms = [s for c in cliques for s in c if overlaps(zone[s], tz)]
+        latency_mst(ms, rtt, f"tree:{t}", g)
+        members.append(ms)
+    overlays = [g.overlay("clique", "clique")]
+    overlays += [g.overlay(f"tree:{t}", f"tree:{t}") for t in range(len(tree_zones))]
+    return KyraLayout(
+        g, overlays, [list(c) for c in cliques], dict(zone), list(tree_zones), members, covering
+    )
 
 
-@dataclass(slots=True)
-class Route:
-    #: (src, dst, kind) in send order, kind in {"clique", "tree", "proxy"}
-    messages: list[tuple[Node, Node, str]]
-    #: ids of the subscriptions the event matched, at their proxies
-    delivered: list[Hashable]
+# ---------------------------------------------------------------------------------- strategy
+class KyraStrategy(Strategy):
+    """One server's part of Kyra (module docs). Client calls: ``subscribe``, ``unsubscribe``,
+    ``publish``, each with the server's broker core."""
 
+    __slots__ = ("_layout", "origin_of", "peers", "proxied", "proxy", "trees", "zone")
 
-def route(k: Kyra, source: Node, event: Point) -> Route:
-    """The hop sequence of ``event`` published at ``source`` (see the module docstring)."""
-    clique = k.cliques[k.clique_of[source]]
-    owner = next(p for p in clique if contains(k.zone[p], event))
-    t = zone_index(k.tree_zones, event)
-    msgs: list[tuple[Node, Node, str]] = []
-    if owner != source:
-        msgs.append((source, owner, "clique"))
-    delivered: list[Hashable] = []
+    def __init__(self, layout: KyraLayout, v: int) -> None:
+        self._layout = layout
+        self.zone = layout.zone[v]
+        clique = next(c for c in layout.cliques if v in c)
+        #: The clique's servers with their zones (itself included).
+        self.peers = [(p, layout.zone[p]) for p in clique]
+        #: The trees this server is on.
+        self.trees = [t for t, ms in enumerate(layout.members) if v in ms]
+        #: Proxy set: client subscription id -> (origin, box clipped to this zone).
+        self.proxy: dict[int, tuple[int, Box]] = {}
+        #: Client subscription id -> its (tree overlay, tree subscription id) here.
+        self.proxied: dict[int, list[tuple[int, int]]] = {}
+        #: Tree subscription id -> origin server.
+        self.origin_of: dict[int, int] = {}
 
-    def reach(u: Node) -> None:  # match the proxy set, one unicast per origin server
-        origins: list[Node] = []
-        for sub in k.proxies[u]:
-            if contains(sub.box, event):
-                delivered.append(sub.sub_id)
-                if sub.origin != u and sub.origin not in origins:
-                    origins.append(sub.origin)
-        msgs.extend((u, o, "proxy") for o in origins)
+    # -- client calls ----------------------------------------------------------------------
 
-    reach(owner)
-    for u, v in tree_route(k.tree_adj[t], k.tables[t], owner, event):
-        msgs.append((u, v, "tree"))
-        reach(v)
-    return Route(msgs, delivered)
+    def subscribe(self, broker: Broker, box: Box, now: float) -> int:
+        sid = broker.new_id()
+        broker.tables(CLIQUE).prt[sid] = SubEntry(box, LOCAL, broker.id)
+        wire = box_to_wire(box)
+        for p, z in self.peers:
+            if overlaps(z, box):
+                if p == broker.id:
+                    self._proxy(broker, sid, p, box, now)
+                else:
+                    broker.send(p, Control(CLIQUE, OP_MOVE, sid, box=wire), now)
+        return sid
+
+    def unsubscribe(self, broker: Broker, sid: int, now: float) -> None:
+        e = broker.tables(CLIQUE).prt.pop(sid, None)
+        if e is None or e.lasthop != LOCAL:
+            raise LocalProtocolError(f"no local subscription {sid}")
+        for p, z in self.peers:
+            if overlaps(z, e.box):
+                if p == broker.id:
+                    self._unproxy(broker, sid, now)
+                else:
+                    broker.send(p, Control(CLIQUE, OP_UNMOVE, sid), now)
+
+    def publish(self, broker: Broker, values: Sequence[float | None], now: float) -> int:
+        if len(values) != len(broker.schema) or any(v is None for v in values):
+            raise LocalProtocolError(f"Kyra routes complete events, got {tuple(values)}")
+        eid = broker.new_id()
+        msg = Publish(CLIQUE, eid, list(values))
+        owner = next(p for p, z in self.peers if matches(z, values))
+        if owner == broker.id:
+            self._zone_route(broker, msg, now)
+        else:
+            broker.send(owner, msg, now)  # intra-clique unicast to the zone holder
+        return eid
+
+    # -- hooks ------------------------------------------------------------------------------
+
+    def on_receive(self, broker: Broker, msg: Message, src: int, now: float) -> bool:
+        if type(msg) is Publish and msg.overlay == CLIQUE and not msg.hdr:
+            if not matches(self.zone, msg.values):
+                raise RemoteProtocolError(f"event {msg.values} is outside {broker.id}'s zone")
+            self._zone_route(broker, msg, now)
+            return False
+        return True  # a TO_ORIGIN publication: the core matches the clients' entries
+
+    def on_deliver(
+        self, broker: Broker, msg: Publish, sids: tuple[int, ...], src: int, now: float
+    ) -> bool:
+        if msg.overlay == CLIQUE:
+            return False  # the origin's own clients: real deliveries
+        out = Publish(CLIQUE, msg.eid, msg.values, hdr=[TO_ORIGIN])
+        for o in sorted({self.origin_of[s] for s in sids}):
+            if o == broker.id:
+                broker.route_pub(CLIQUE, out, LOCAL, now)
+            else:
+                broker.send(o, out, now)  # proxy -> origin unicast
+        return True
+
+    def on_control(self, broker: Broker, msg: Control, src: int, now: float) -> None:
+        if msg.op == OP_MOVE and msg.box is not None:
+            self._proxy(broker, msg.ref, src, box_from_wire(msg.box, len(broker.schema)), now)
+        elif msg.op == OP_UNMOVE:
+            self._unproxy(broker, msg.ref, now)
+        else:
+            raise RemoteProtocolError(f"Kyra has no control op {msg.op}")
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _zone_route(self, broker: Broker, msg: Publish, now: float) -> None:
+        t = zone_index(self._layout.tree_zones, msg.values)
+        broker.route_pub(1 + t, Publish(1 + t, msg.eid, msg.values), LOCAL, now)
+
+    def _proxy(self, broker: Broker, sid: int, origin: int, box: Box, now: float) -> None:
+        part = intersect(box, self.zone)
+        if part is None or sid in self.proxy:
+            return
+        self.proxy[sid] = (origin, part)
+        held = self.proxied[sid] = []
+        for t in self.trees:
+            clip = intersect(part, self._layout.tree_zones[t])
+            if clip is not None:
+                tsid = broker.subscribe(clip, now, 1 + t)
+                self.origin_of[tsid] = origin
+                held.append((1 + t, tsid))
+
+    def _unproxy(self, broker: Broker, sid: int, now: float) -> None:
+        self.proxy.pop(sid, None)
+        for ov, tsid in self.proxied.pop(sid, []):
+            broker.unsubscribe(tsid, now, ov)
+            del self.origin_of[tsid]

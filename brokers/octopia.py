@@ -1,33 +1,38 @@
-"""OctopiA (Shafique, arXiv 1604.06853): cluster index vectors on a SCOT, static (SNR) and
-inter-cluster dynamic (IDR) notification routing.
+"""OctopiA (Shafique, arXiv 1604.06853) as a strategy on broker cores over a SCOT: cluster index
+vectors, static (SNR) and inter-cluster dynamic (IDR) notification routing.
 
 Theory of operation
 -------------------
-A SCOT is the product of a tree G_a and the complete graph K_m. Broker ``B(x, c)`` sits in region
-``x`` (a node of G_a) and cluster ``c``; **aLinks** join ``B(x,c)-B(y,c)`` for tree edges x-y
-(cluster c is a copy of the tree), **iLinks** join ``B(x,c)-B(x,c')`` (region x is a K_m).
+A SCOT (``graphs.scot``) is the product of a tree G_a and the complete graph K_m. Broker
+``B(x, c)`` sits in region ``x`` and cluster ``c``; **aLinks** join ``B(x,c)-B(y,c)`` for tree
+edges x-y (overlay c: cluster c is a copy of the tree), **iLinks** join ``B(x,c)-B(x,c')``
+(overlay m: region x is a K_m). Each cluster overlay runs SIENA (subscriptions flood their own
+cluster; covering off, as in the paper's evaluation); the iLink overlay carries only the
+strategy's messages, and its SRT is OctopiA's (``AdEntry.ext``: the CIV at the host, the SCB
+flag at a region peer).
 
 A **CIV** is an m-bit int, bit c for cluster c, printed most significant first ("101": clusters 2
-and 0). The host broker of an advertisement keeps in its SRT the CIV of the publisher's target
-clusters; a region peer keeps only its **SCB** (has my cluster a matching subscription?).
+and 0). The host broker keeps the CIV of the publisher's target clusters; a region peer keeps only
+its **SCB** (has my cluster a matching subscription?).
 
 ==========================  ===========================================================  =========
 input at broker b=B(x,c)    action                                                       sends
 ==========================  ===========================================================  =========
-advertise (client)          SRT[a] = (box, host=b, CIV = own bit if PRT overlaps a)      ADV to
+advertise (client)          SRT[a] = (box, LOCAL, CIV = own bit if PRT overlaps a)      ADV to
                                                                                          m-1 peers
-ADV a from peer h           SRT[a] = (box, host=h); SCB = PRT overlaps a                 CIB_SET
+ADV a from peer h           SRT[a] = (box, h, SCB = PRT overlaps a); consumed here       CIB_SET
                                                                                          to h if SCB
-subscribe s (client/aLink)  PRT[s] = lasthop; forward s over aLinks but the sender;      SUB, and
-                            per foreign ad a overlapping s with SCB off: SCB on          CIB_SET
-                            per own hosted ad overlapping s: own bit on (the PTC bit)    to a.host
-CIB_SET(a, s) from B(x,c')  host sets bit c' of CIV[a]; s is not stored                  -
+subscribe s (client/aLink)  the core stores and floods s in the cluster; per foreign     CIB_SET
+                            ad overlapping s with SCB off: SCB on; per own hosted ad     to a's host
+                            overlapping s: own bit on (the PTC bit)
+CIB_SET(a) from B(x,c')     host sets bit c' of CIV[a]                                   -
 ==========================  ===========================================================  =========
 
-A notification of ad ``a`` is routed at each broker by its targets: **aLinks** = lasthops of the
-matching PRT entries (reverse path), **iLinks** = one per cluster in (CIV[a] at the host | the
-CIV header of a CIV-N), never to the broker's own cluster (own bit = context/PTC bit). SNR sends
-on all targets; IDR (``idr``) decides from the congested set O of the target iLinks I:
+A notification is routed by the strategy at every broker (``Broker.match`` then ``deliver``):
+**aLinks** = lasthops of the matching cluster PRT entries but the sender (reverse path),
+**iLinks** = one per cluster in (CIV[a] at the host | the CIV header of a CIV-N), never the
+broker's own cluster (own bit = context/PTC bit). SNR sends on all targets; IDR (``idr``)
+decides from the congested set O of the target iLinks I:
 
 ====================================  ========================================================
 condition                             copies (one CIV header on at most one copy)
@@ -40,7 +45,8 @@ otherwise                             A; one CIV-N to argmin_q(I) carrying the o
 
 A queue is congested iff CE = n_in/n_out >= 1 and q > delta over the last closed window
 (``LinkStatusTable``; Eq. 10 is lost in the OCR, this is BASELINES' reading, delta = 10 and a
-50 ms window as the paper set them).
+50 ms window as the paper set them). The queues are the driver's: before each decision the
+strategy samples every candidate link from its ``LinkQueues`` into the table at ``now``.
 
 Reading for Fig. 8 (the OCR lost its cluster names): the CIVs 100/101/111 given for P1 (host
 cluster 2), P2 (host 1, not a target) and P3 (host 1) are exactly the publishers' target-cluster
@@ -51,27 +57,37 @@ sees every subscription of its cluster). Only the other bits send iLink copies.
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import partial
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
-Region = Hashable
-Broker = tuple[Region, int]
-Interval = tuple[float, float]
-Box = tuple[Interval, ...]
-Point = tuple[float, ...]
-#: (destination, kind, payload) of a control message
-Out = tuple[Broker, str, tuple[Any, ...]]
+from rangecast.brokers.broker import Broker, LinkQueues, RoutingConfig, Strategy, siena
+from rangecast.brokers.filters import Box, matches, overlaps
+from rangecast.brokers.graphs import BrokerGraph, Overlay, RttLike, scot
+from rangecast.brokers.messages import (
+    Advertise,
+    Control,
+    Publish,
+    Subscribe,
+    box_from_wire,
+    box_to_wire,
+)
+from rangecast.brokers.tables import LOCAL, AdEntry
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.wire import Message
 
+__all__ = [
+    "Copy",
+    "LinkStatusTable",
+    "OctopiaLayout",
+    "OctopiaStrategy",
+    "build",
+    "civ_str",
+    "clusters",
+    "idr",
+]
 
-def overlaps(a: Box, b: Box) -> bool:
-    return all(alo <= bhi and blo <= ahi for (alo, ahi), (blo, bhi) in zip(a, b, strict=True))
-
-
-def contains(box: Box, point: Point) -> bool:
-    return all(lo <= v <= hi for (lo, hi), v in zip(box, point, strict=True))
+#: Control op: the peer's cluster has a subscription matching the ad (``ref``).
+OP_CIB_SET = 1
 
 
 def civ_str(civ: int, m: int) -> str:
@@ -83,26 +99,19 @@ def clusters(civ: int) -> list[int]:
     return [c for c in range(civ.bit_length()) if civ >> c & 1]
 
 
-def scot(tree: Mapping[Region, Iterable[Region]], m: int) -> tuple[dict[Broker, set[Broker]], ...]:
-    """(aLinks, iLinks) adjacency of ``tree`` x K_m."""
-    alinks = {(x, c): {(y, c) for y in tree[x]} for x in tree for c in range(m)}
-    ilinks = {(x, c): {(x, d) for d in range(m) if d != c} for x in tree for c in range(m)}
-    return alinks, ilinks
-
-
 # ------------------------------------------------------------------------- dynamic routing
 @dataclass(frozen=True, slots=True)
 class Copy:
-    link: Broker
+    link: int
     #: CIV header (0: a plain copy; otherwise a CIV-N for these clusters)
     civ: int = 0
 
 
 def idr(
-    alinks: Sequence[Broker],
-    ilinks: Mapping[int, Broker],
-    congested: Callable[[Broker], bool],
-    qlen: Callable[[Broker], int],
+    alinks: Sequence[int],
+    ilinks: Mapping[int, int],
+    congested: Callable[[int], bool],
+    qlen: Callable[[int], int],
 ) -> list[Copy]:
     """The IDR decision table (module docstring). ``ilinks`` maps target cluster -> iLink
     peer; argmin ties go to the earlier link (aLinks in the given order, iLinks by cluster)."""
@@ -136,9 +145,9 @@ class LinkStatusTable:
         self.delta = delta
         self.window = window
         #: link -> [window index, n_in, n_out, q now, CE closed, q closed]
-        self._state: dict[Hashable, list[float]] = {}
+        self._state: dict[int, list[float]] = {}
 
-    def observe(self, link: Hashable, now: float, n_in: int = 0, n_out: int = 0,
+    def observe(self, link: int, now: float, n_in: int = 0, n_out: int = 0,
                 q: int | None = None) -> None:  # fmt: skip
         # windows are [i*window, (i+1)*window); rounding keeps 0.15/0.05 in window 3
         idx = math.floor(round(now / self.window, 9))
@@ -156,15 +165,15 @@ class LinkStatusTable:
         if q is not None:
             st[3] = q
 
-    def ce(self, link: Hashable) -> float:
+    def ce(self, link: int) -> float:
         st = self._state.get(link)
         return 1.0 if st is None else st[4]
 
-    def queue(self, link: Hashable) -> int:
+    def queue(self, link: int) -> int:
         st = self._state.get(link)
         return 0 if st is None else int(st[5])
 
-    def congested(self, link: Hashable) -> bool:
+    def congested(self, link: int) -> bool:
         return self.ce(link) >= 1 and self.queue(link) > self.delta
 
 
@@ -174,132 +183,169 @@ def _ratio(n_in: float, n_out: float) -> float:
     return n_in / n_out
 
 
-# ---------------------------------------------------------------------------- broker tables
+# ------------------------------------------------------------------------------------ layout
 @dataclass(slots=True)
-class SrtEntry:
-    box: Box
-    host: Broker
-    civ: int = 0  # at the host: the target clusters
-    scb: bool = False  # at a peer: CIB_SET already sent for my cluster
+class OctopiaLayout:
+    """A SCOT as broker overlays: cluster c is overlay c, the iLinks are overlay m."""
+
+    graph: BrokerGraph
+    overlays: list[Overlay]
+    m: int
+    groups: list[list[int]]
+    cluster_of: dict[int, int]
+    region_of: dict[int, int]
+
+    @property
+    def ilink(self) -> int:
+        return self.m
+
+    def configs(self) -> dict[int, RoutingConfig]:
+        return {i: siena() for i in range(self.m + 1)}
+
+    def strategy(
+        self, v: int, dynamic: bool = False, queues: LinkQueues | None = None
+    ) -> OctopiaStrategy:
+        return OctopiaStrategy(self, v, dynamic, queues)
 
 
-@dataclass(slots=True)
-class OctopiaBroker:
-    """One broker's SRT and PRT with the handlers of the table above. Handlers return the
-    messages to send as (destination, kind, payload)."""
+def build(
+    tree_edges: Sequence[tuple[int, int]],
+    m: int,
+    groups: Sequence[Sequence[int]],
+    rtt: RttLike | None = None,
+) -> OctopiaLayout:
+    """``graphs.scot`` with its overlays: B(x, c) = ``groups[c][x]``."""
+    g = scot(tree_edges, m, groups, rtt)
+    overlays = [g.overlay(f"cluster:{c}", f"cluster:{c}") for c in range(m)]
+    overlays.append(g.overlay("iLink", "iLink"))
+    cluster_of = {v: c for c, grp in enumerate(groups) for v in grp}
+    region_of = {v: x for grp in groups for x, v in enumerate(grp)}
+    return OctopiaLayout(g, overlays, m, [list(x) for x in groups], cluster_of, region_of)
 
-    addr: Broker
-    alinks: set[Broker]
-    ilinks: dict[int, Broker]
-    srt: dict[Hashable, SrtEntry] = field(default_factory=dict)
-    prt: dict[Hashable, tuple[Box, Broker | None]] = field(default_factory=dict)
 
-    def advertise(self, adv_id: Hashable, box: Box) -> list[Out]:
-        own = any(overlaps(b, box) for b, _ in self.prt.values())
-        self.srt[adv_id] = SrtEntry(box, self.addr, (1 << self.addr[1]) if own else 0)
-        return [(p, "ADV", (adv_id, box)) for _, p in sorted(self.ilinks.items())]
+# ---------------------------------------------------------------------------------- strategy
+class OctopiaStrategy(Strategy):
+    """One broker's part of OctopiA (module docs). Client calls: ``advertise``, ``subscribe``,
+    ``publish``. ``dynamic``: IDR, else SNR; ``queues``: the driver's output queues (none: no
+    link is ever congested, and IDR is SNR)."""
 
-    def on_adv(self, src: Broker, adv_id: Hashable, box: Box) -> list[Out]:
-        e = self.srt[adv_id] = SrtEntry(box, src)
-        hit = next((s for s, (b, _) in self.prt.items() if overlaps(b, box)), None)
-        if hit is None:
-            return []
-        e.scb = True
-        return [(src, "CIB_SET", (adv_id, hit, self.prt[hit][0]))]
+    __slots__ = ("_layout", "alinks", "c", "dynamic", "lst", "peers", "queues")
 
-    def on_sub(self, src: Broker | None, sub_id: Hashable, box: Box) -> list[Out]:
-        self.prt[sub_id] = (box, src)
-        out: list[Out] = [
-            (n, "SUB", (sub_id, box)) for n in sorted(self.alinks, key=repr) if n != src
-        ]
-        for adv_id, e in self.srt.items():
+    def __init__(
+        self,
+        layout: OctopiaLayout,
+        v: int,
+        dynamic: bool = False,
+        queues: LinkQueues | None = None,
+    ) -> None:
+        self._layout = layout
+        self.c = layout.cluster_of[v]
+        x = layout.region_of[v]
+        #: The iLink peer of each other cluster.
+        self.peers = {d: grp[x] for d, grp in enumerate(layout.groups) if d != self.c}
+        self.alinks = frozenset(layout.overlays[self.c].neighbours(v))
+        self.dynamic = dynamic
+        self.queues = queues
+        self.lst = LinkStatusTable()
+
+    # -- client calls ----------------------------------------------------------------------
+
+    def advertise(self, broker: Broker, box: Box, now: float) -> int:
+        ad = broker.new_id()
+        own = any(overlaps(e.box, box) for e in broker.tables(self.c).prt.values())
+        broker.tables(self._layout.ilink).srt[ad] = AdEntry(box, LOCAL, 1 << self.c if own else 0)
+        msg = Advertise(self._layout.ilink, ad, box_to_wire(box))
+        for _, p in sorted(self.peers.items()):
+            broker.send(p, msg, now)
+        return ad
+
+    def subscribe(self, broker: Broker, box: Box, now: float) -> int:
+        sid = broker.subscribe(box, now, self.c)
+        self._cib(broker, box, now)
+        return sid
+
+    def publish(self, broker: Broker, ad: int, values: Sequence[float | None], now: float) -> int:
+        e = broker.tables(self._layout.ilink).srt.get(ad)
+        if e is None or e.lasthop != LOCAL or not matches(e.box, values):
+            raise LocalProtocolError(f"publish needs an event inside local ad {ad}")
+        eid = broker.new_id()
+        self._route(broker, Publish(self.c, eid, list(values)), LOCAL, e.ext, now)
+        return eid
+
+    def civ(self, broker: Broker, ad: int) -> int:
+        """The CIV of an ad this broker hosts."""
+        e = broker.tables(self._layout.ilink).srt[ad]
+        if e.lasthop != LOCAL:
+            raise LocalProtocolError(f"broker {broker.id} does not host ad {ad}")
+        return int(e.ext)
+
+    # -- hooks ------------------------------------------------------------------------------
+
+    def on_receive(self, broker: Broker, msg: Message, src: int, now: float) -> bool:
+        t = type(msg)
+        if t is Publish:
+            assert isinstance(msg, Publish)
+            self._route(broker, msg, src, msg.hdr[0] if msg.hdr else 0, now)
+            return False
+        if t is Advertise:
+            assert isinstance(msg, Advertise)
+            if msg.overlay != self._layout.ilink:
+                raise RemoteProtocolError("OctopiA advertisements travel on iLinks only")
+            box = box_from_wire(msg.box, len(broker.schema))
+            hit = any(overlaps(e.box, box) for e in broker.tables(self.c).prt.values())
+            broker.tables(msg.overlay).srt[msg.ad] = AdEntry(box, src, hit)
+            if hit:
+                broker.send(src, Control(msg.overlay, OP_CIB_SET, msg.ad), now)
+            return False  # a tree of depth 1: never flooded on
+        if t is Subscribe:
+            assert isinstance(msg, Subscribe)
+            if msg.overlay != self.c:
+                raise RemoteProtocolError("OctopiA subscriptions flood their own cluster only")
+            # The core stores and floods it on; the CIVs learn of it here.
+            self._cib(broker, box_from_wire(msg.box, len(broker.schema)), now)
+        return True
+
+    def on_control(self, broker: Broker, msg: Control, src: int, now: float) -> None:
+        e = broker.tables(self._layout.ilink).srt.get(msg.ref)
+        if msg.op != OP_CIB_SET or e is None or e.lasthop != LOCAL:
+            raise RemoteProtocolError(f"unexpected control {msg.op} for ad {msg.ref}")
+        e.ext |= 1 << self._layout.cluster_of[src]
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _cib(self, broker: Broker, box: Box, now: float) -> None:
+        """A subscription of this cluster: mark the overlapping ads' CIVs."""
+        ilink = self._layout.ilink
+        for ad, e in broker.tables(ilink).srt.items():
             if not overlaps(e.box, box):
                 continue
-            if e.host == self.addr:
-                e.civ |= 1 << self.addr[1]
-            elif not e.scb:
-                e.scb = True
-                out.append((e.host, "CIB_SET", (adv_id, sub_id, box)))
-        return out
+            if e.lasthop == LOCAL:
+                e.ext |= 1 << self.c
+            elif not e.ext:
+                e.ext = True
+                broker.send(e.lasthop, Control(ilink, OP_CIB_SET, ad), now)
 
-    def on_cib_set(self, src: Broker, adv_id: Hashable) -> None:
-        self.srt[adv_id].civ |= 1 << src[1]
+    def _route(self, broker: Broker, msg: Publish, src: int, civ: int, now: float) -> None:
+        """Deliver locally, RPF on aLinks, iLink copies per CIV bit (IDR: some as CIV-N)."""
+        pub = msg if msg.overlay == self.c and not msg.hdr else Publish(self.c, msg.eid, msg.values)
+        local, alinks = broker.match(self.c, pub, src)
+        civ &= ~(1 << self.c)  # the own (context) bit never sends a copy
+        ilinks = {d: self.peers[d] for d in clusters(civ)}
+        if self.dynamic and self.queues is not None and ilinks:
+            self._sample(broker.id, [*alinks, *ilinks.values()], now)
+            copies = idr(alinks, ilinks, self.lst.congested, self.lst.queue)
+        else:
+            copies = [Copy(a) for a in alinks] + [Copy(ilinks[d]) for d in sorted(ilinks)]
+        broker.deliver(self.c, pub, local, src, now, bool(copies))
+        ilink = self._layout.ilink
+        for cp in copies:
+            ov = self.c if cp.link in self.alinks else ilink
+            hdr = [cp.civ] if cp.civ else []
+            out = pub if ov == self.c and not hdr else Publish(ov, msg.eid, msg.values, hdr=hdr)
+            broker.send(cp.link, out, now)
 
-    def targets(
-        self, src: Broker | None, adv_id: Hashable, event: Point, header: int
-    ) -> tuple[list[Hashable], list[Broker], dict[int, Broker]]:
-        """(local subscriptions, target aLinks, target iLinks by cluster) for a notification."""
-        local: list[Hashable] = []
-        alinks: list[Broker] = []
-        for sub_id, (box, last) in self.prt.items():
-            if contains(box, event):
-                if last is None:
-                    local.append(sub_id)
-                elif last != src and last not in alinks:
-                    alinks.append(last)
-        civ = header
-        e = self.srt.get(adv_id)
-        if src is None and e is not None and e.host == self.addr:
-            civ |= e.civ
-        civ &= ~(1 << self.addr[1])  # the own (context) bit never sends a copy
-        return local, alinks, {c: self.ilinks[c] for c in clusters(civ)}
-
-
-class Octopia:
-    """All brokers of a SCOT with a FIFO driver that runs a control flow to quiescence and
-    routes one notification, counting messages by kind."""
-
-    def __init__(self, tree: Mapping[Region, Iterable[Region]], m: int) -> None:
-        self.m = m
-        alinks, ilinks = scot(tree, m)
-        self.brokers = {
-            b: OctopiaBroker(b, alinks[b], {p[1]: p for p in ilinks[b]}) for b in alinks
-        }
-        self.sent: dict[str, int] = {}
-
-    def _run(self, src: Broker, outs: list[Out]) -> None:
-        queue = deque((src, *o) for o in outs)
-        while queue:
-            frm, dst, kind, payload = queue.popleft()
-            self.sent[kind] = self.sent.get(kind, 0) + 1
-            b = self.brokers[dst]
-            if kind == "ADV":
-                more = b.on_adv(frm, *payload)
-            elif kind == "SUB":
-                more = b.on_sub(frm, *payload)
-            else:
-                b.on_cib_set(frm, payload[0])
-                more = []
-            queue.extend((dst, *o) for o in more)
-
-    def advertise(self, host: Broker, adv_id: Hashable, box: Box) -> None:
-        self._run(host, self.brokers[host].advertise(adv_id, box))
-
-    def subscribe(self, broker: Broker, sub_id: Hashable, box: Box) -> None:
-        self._run(broker, self.brokers[broker].on_sub(None, sub_id, box))
-
-    def civ(self, adv_id: Hashable) -> int:
-        return next(b.srt[adv_id].civ for b in self.brokers.values()
-                    if adv_id in b.srt and b.srt[adv_id].host == b.addr)  # fmt: skip
-
-    def publish(
-        self,
-        host: Broker,
-        adv_id: Hashable,
-        event: Point,
-        congested: Callable[[Broker, Broker], bool] = lambda a, b: False,
-        qlen: Callable[[Broker, Broker], int] = lambda a, b: 0,
-    ) -> tuple[list[tuple[Broker, Broker, int]], list[tuple[Broker, Hashable]]]:
-        """(hops (src, dst, CIV header), deliveries (broker, sub id)); SNR by default, IDR
-        when ``congested(src, dst)`` marks output queues."""
-        hops: list[tuple[Broker, Broker, int]] = []
-        delivered: list[tuple[Broker, Hashable]] = []
-        queue: deque[tuple[Broker, Broker | None, int]] = deque([(host, None, 0)])
-        while queue:
-            at, frm, header = queue.popleft()
-            local, a, i = self.brokers[at].targets(frm, adv_id, event, header)
-            delivered.extend((at, s) for s in local)
-            for cp in idr(a, i, partial(congested, at), partial(qlen, at)):
-                hops.append((at, cp.link, cp.civ))
-                queue.append((cp.link, at, cp.civ))
-        return hops, delivered
+    def _sample(self, v: int, links: list[int], now: float) -> None:
+        assert self.queues is not None
+        for link in links:
+            q, n_in, n_out = self.queues.sample(v, link, now)
+            self.lst.observe(link, now, n_in, n_out, q)

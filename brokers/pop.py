@@ -36,11 +36,16 @@ B5"; B6 continues only if its subtree holds more than 12.5 of the 25, so B6 must
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rangecast.dht.errors import LocalProtocolError
+from rangecast.brokers.broker import Broker
+from rangecast.brokers.messages import Control, Publish
+from rangecast.brokers.migration import Relocation
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.wire import Message
 
 Node = Hashable
 Adjacency = Mapping[Node, Sequence[Node]] | Mapping[Node, set[Node]]
@@ -194,3 +199,135 @@ def walk(source: Node, tables: Mapping[Node, PPTable]) -> tuple[list[Forward], D
             return sent, dec
         sent.append(dec)
         frm, up, path, at = at, dec.up, dec.path, dec.to
+
+
+# ------------------------------------------------------------------------- on broker cores
+#: Control ops: trace reply, relocation request, relocation answer.
+OP_TRM, OP_RRM, OP_RAM = 10, 11, 12
+#: Header of a traced publication: [TRACED, ad].
+TRACED = 1
+
+
+class PopStrategy(Relocation):
+    """POP on a PADRES tree of broker cores (overlay 0): the source traces publications with
+    ``p_trace``; every broker a traced publication reaches answers upstream with a TRM
+    (``Control`` TRM, ``ref`` = event id, ``ints`` = [ad, count]) once its children have, and
+    records its PPTable; after ``threshold`` traces with none outstanding the source starts the
+    RRM walk (``rrm_step`` at each hop: RRM carries ``up`` in ``values`` and the path in
+    ``ints``); the RAM returns hop by hop along the path and the source starts the migration
+    (``Relocation``). Traced publications are routed here (``Broker.match`` then ``deliver``),
+    the others by the core."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        n_trace: int = N_TRACE,
+        window: float = WINDOW_S,
+        threshold: int = P_THRESHOLD,
+    ) -> None:
+        super().__init__()
+        self.rng = rng
+        self.n_trace = n_trace
+        self.window = window
+        self.threshold = threshold
+        #: ad -> this broker's profile of its publisher.
+        self.pp: dict[int, PPTable] = {}
+        #: event id -> (the neighbour to answer, ad, the pending reply).
+        self.pending: dict[int, tuple[int, int, TraceReply]] = {}
+        #: At the source: ad -> (window index, tags in it), traces outstanding.
+        self.tags: dict[int, tuple[int, int]] = {}
+        self.outstanding: dict[int, int] = {}
+
+    def publish(self, broker: Broker, ad: int, values: Sequence[float | None], now: float) -> int:
+        w = math.floor(now / self.window)
+        win, tagged = self.tags.get(ad, (w, 0))
+        if win != w:
+            tagged = 0
+        if ad in self.migrating or not should_trace(self.rng, tagged, self.n_trace):
+            self.tags[ad] = (w, tagged)
+            return super().publish(broker, ad, values, now)
+        self.tags[ad] = (w, tagged + 1)
+        self.outstanding[ad] = self.outstanding.get(ad, 0) + 1
+        if ad not in self.publishers:
+            raise LocalProtocolError(f"ad {ad} has no attached publisher at {broker.id}")
+        eid = broker.new_id()
+        self._traced(broker, Publish(self.OVERLAY, eid, list(values), hdr=[TRACED, ad]), -1, now)
+        return eid
+
+    def on_receive(self, broker: Broker, msg: Message, src: int, now: float) -> bool:
+        if type(msg) is Publish and msg.hdr:
+            assert isinstance(msg, Publish)
+            self._traced(broker, msg, src, now)
+            return False
+        return True
+
+    def on_migrated(self, broker: Broker, ad: int) -> None:
+        t = self.pp.get(ad)
+        if t is not None:
+            t.clear()
+
+    def _traced(self, broker: Broker, msg: Publish, src: int, now: float) -> None:
+        if len(msg.hdr) != 2 or msg.hdr[0] != TRACED:
+            raise RemoteProtocolError(f"bad trace header {msg.hdr}")
+        local, targets = broker.match(self.OVERLAY, msg, src)
+        broker.deliver(self.OVERLAY, msg, local, src, now, bool(targets))
+        for n in targets:
+            broker.send(n, msg, now)
+        self.pending[msg.eid] = (src, msg.hdr[1], TraceReply(len(local), set(targets)))
+        self._maybe_reply(broker, msg.eid, now)
+
+    def _maybe_reply(self, broker: Broker, eid: int, now: float) -> None:
+        up, ad, reply = self.pending[eid]
+        if not reply.ready:
+            return
+        del self.pending[eid]
+        counts: dict[Node, float] = {broker.id: reply.local}
+        counts.update({n: c for n, c in reply.counts.items() if c > 0})
+        self.pp.setdefault(ad, PPTable(broker.id)).record(counts)
+        if up >= 0:
+            broker.send(up, Control(self.OVERLAY, OP_TRM, eid, [ad, reply.total]), now)
+            return
+        self.outstanding[ad] -= 1
+        table = self.pp[ad]
+        if table.traces >= self.threshold and not self.outstanding[ad]:
+            self._step(broker, ad, broker.id, 0.0, (), now)
+
+    def _step(
+        self, broker: Broker, ad: int, frm: int, up: float, path: tuple[Node, ...], now: float
+    ) -> None:
+        table = self.pp.get(ad) or PPTable(broker.id)
+        dec = rrm_step(table, frm, up, path, ad in self.publishers and frm == broker.id)
+        if isinstance(dec, Forward):
+            hops = [int(x) for x in dec.path]  # type: ignore[call-overload]
+            broker.send(int(dec.to), Control(self.OVERLAY, OP_RRM, ad, hops, values=[dec.up]), now)  # type: ignore[call-overload]
+        elif isinstance(dec, Answer):
+            self._ram(broker, ad, [int(x) for x in dec.path], now)  # type: ignore[call-overload]
+        else:
+            table.clear()  # the source is the median: trace again
+
+    def _ram(self, broker: Broker, ad: int, path: list[int], now: float) -> None:
+        j = path.index(broker.id)
+        if j + 1 < len(path):
+            broker.send(path[j + 1], Control(self.OVERLAY, OP_RAM, ad, path), now)
+        elif ad in self.publishers:
+            self.start_migration(broker, ad, path, now)
+
+    def on_system_control(self, broker: Broker, msg: Control, src: int, now: float) -> None:
+        if msg.op == OP_TRM:
+            entry = self.pending.get(msg.ref)
+            if entry is None or len(msg.ints) != 2:
+                raise RemoteProtocolError(f"unexpected TRM for {msg.ref}")
+            try:
+                entry[2].on_trm(src, msg.ints[1])
+            except LocalProtocolError as exc:
+                raise RemoteProtocolError(str(exc)) from None
+            self._maybe_reply(broker, msg.ref, now)
+        elif msg.op == OP_RRM:
+            up = msg.values[0] if msg.values else None
+            if up is None:
+                raise RemoteProtocolError("an RRM without its upstream count")
+            self._step(broker, msg.ref, src, float(up), tuple(msg.ints), now)
+        elif msg.op == OP_RAM:
+            self._ram(broker, msg.ref, list(msg.ints), now)
+        else:
+            raise RemoteProtocolError(f"POP has no control op {msg.op}")

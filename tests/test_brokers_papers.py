@@ -7,250 +7,385 @@ from __future__ import annotations
 import itertools
 import random
 from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
+from broker_harness import BrokerNet, oracle
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rangecast.brokers import grape, kyra, octopia, pop
+from rangecast.brokers.broker import Broker, LinkQueues, siena
+from rangecast.brokers.filters import Box, matches
+from rangecast.brokers.graphs import BrokerGraph, hac_cliques
+from rangecast.brokers.messages import Control
+from rangecast.brokers.tables import LOCAL
+from rangecast.pubsub.schema import Attribute, Schema
+from rangecast.pubsub.subscription import Range
 
 # ------------------------------------------------------------------------------------- Kyra
 SERVERS = "ABCDEFGH"
+ID = {c: i for i, c in enumerate(SERVERS)}
+TOY = Schema("toy", (Attribute("v", "int", 0, 9),))
 #: Fig. 4's point subscriptions: A{1,5} is two subscriptions of A, to the events 1 and 5
 TOY_SUBS = {"A": (1, 5), "B": (7, 8), "C": (1, 2), "D": (0, 6), "E": (3, 5), "F": (5, 7),
             "G": (4, 6), "H": (2, 9)}  # fmt: skip
-CLIQUES = [("A", "B", "C"), ("D", "E"), ("F", "G", "H")]
+CLIQUES = [[0, 1, 2], [3, 4], [5, 6, 7]]  # {A,B,C}, {D,E}, {F,G,H}
 ZONES = {"A": (0, 3), "F": (0, 3), "B": (4, 6), "G": (4, 6), "C": (7, 9), "H": (7, 9),
          "D": (0, 4), "E": (5, 9)}  # fmt: skip
-TREE_ZONES = [((0, 3),), ((4, 6),), ((7, 9),)]
 
 
-def toy_latency(a: str, b: str) -> float:
+def iv(lo: float, hi: float, schema: Schema = TOY) -> Box:
+    return Box.from_ranges(schema, {0: Range(lo, hi)})
+
+
+def toy_latency(a: int, b: int) -> float:
     """A latency matrix built so that HAC finds Fig. 4's cliques and Prim's MST its trees:
     1 inside a clique, 10 between neighbouring cliques, 20 between the outer ones, and the few
     pairs below set so each tree's edges are its cheapest spanning set."""
     if a == b:
         return 0.0
     special = {"BE": 9, "BG": 15, "EG": 16, "DG": 17, "CH": 12, "EH": 13}
-    key = "".join(sorted(a + b))
+    key = "".join(sorted(SERVERS[a] + SERVERS[b]))
     if key in special:
         return special[key]
     ca, cb = (next(i for i, c in enumerate(CLIQUES) if x in c) for x in (a, b))
     return 1.0 if ca == cb else 10.0 * abs(ca - cb)
 
 
-def toy_subs() -> list[kyra.Subscription]:
-    return [kyra.Subscription(f"{o}{v}", o, ((v, v),)) for o, vs in TOY_SUBS.items() for v in vs]
+def toy_kyra(
+    covering: bool = False, extra: Sequence[tuple[str, Box]] = ()
+) -> tuple[BrokerNet, dict[int, str]]:
+    zones = {ID[s]: iv(lo, hi) for s, (lo, hi) in ZONES.items()}
+    layout = kyra.build(CLIQUES, zones, [iv(0, 3), iv(4, 6), iv(7, 9)], toy_latency, covering)
+    net = BrokerNet(layout.graph, layout.overlays, TOY, layout.configs(), layout.strategy)
+    names: dict[int, str] = {}
+    subs = [(o, iv(v, v)) for o, vs in TOY_SUBS.items() for v in vs]
+    for o, box in [*subs, *extra]:
+        sid = net.act(ID[o], lambda b, now, box=box: strat(b).subscribe(b, box, now))
+        names[sid] = f"{o}{int(box.dims[0][0])}" if box.dims[0][0] == box.dims[0][1] else o
+    return net, names
 
 
-def toy_kyra() -> kyra.Kyra:
-    zones = {s: ((lo, hi),) for s, (lo, hi) in ZONES.items()}
-    return kyra.build(CLIQUES, zones, TREE_ZONES, toy_subs(), toy_latency)
+def strat(b: Broker) -> kyra.KyraStrategy:
+    assert isinstance(b.strategy, kyra.KyraStrategy)
+    return b.strategy
 
 
-def points(boxes: list[kyra.Box]) -> set[int]:
-    return {x for x in range(10) if any(kyra.contains(b, (x,)) for b in boxes)}
+def publish(net: BrokerNet, server: str, x: float) -> int:
+    return net.act(ID[server], lambda b, now: strat(b).publish(b, (x,), now))
 
 
-def edges(adj: kyra.Adjacency) -> set[str]:
-    return {"".join(sorted(str(u) + str(v))) for u in adj for v in adj[u]}
+def points(boxes: Iterable[Box]) -> set[int]:
+    bs = list(boxes)
+    return {x for x in range(10) if any(matches(b, (x,)) for b in bs)}
 
 
 def test_kyra_hac_finds_the_toy_cliques() -> None:
-    assert kyra.hac_cliques(SERVERS, toy_latency, 5, 8) == CLIQUES
+    nodes = range(8)
+    assert hac_cliques(nodes, toy_latency, 5, 8) == CLIQUES
     # the limits: size caps the cliques; no pair fits -> the loop returns (printed one spins)
-    assert all(len(c) <= 2 for c in kyra.hac_cliques(SERVERS, toy_latency, 5, 2))
-    assert kyra.hac_cliques(SERVERS, toy_latency, 5, 1) == [(s,) for s in SERVERS]
-    assert kyra.hac_cliques(SERVERS, toy_latency, 0.5, 8) == [(s,) for s in SERVERS]
+    assert all(len(c) <= 2 for c in hac_cliques(nodes, toy_latency, 5, 2))
+    assert hac_cliques(nodes, toy_latency, 5, 1) == [[v] for v in nodes]
+    assert hac_cliques(nodes, toy_latency, 0.5, 8) == [[v] for v in nodes]
     # complete linkage: at 10 the {D,E}+{A,B,C} merge is allowed, {F,G,H} is 20 from A
-    assert kyra.hac_cliques(SERVERS, toy_latency, 10, 8) == [tuple("ABCDE"), tuple("FGH")]
-    matrix = [[toy_latency(a, b) for b in SERVERS] for a in SERVERS]
-    assert kyra.hac_cliques(SERVERS, kyra.distance_fn(matrix, SERVERS), 5, 8) == CLIQUES
+    assert hac_cliques(nodes, toy_latency, 10, 8) == [[0, 1, 2, 3, 4], [5, 6, 7]]
+    matrix = [[toy_latency(a, b) for b in nodes] for a in nodes]
+    assert hac_cliques(nodes, matrix, 5, 8) == CLIQUES
 
 
 def test_kyra_toy_structures_reproduce_fig4() -> None:
-    k = toy_kyra()
-    assert k.members == [("A", "D", "F"), ("B", "D", "E", "G"), ("C", "E", "H")]
-    assert [edges(a) for a in k.tree_adj] == [{"AD", "DF"}, {"BE", "BG", "DE"}, {"CE", "CH"}]
-    proxy = {s: points([x.box for x in k.proxies[s]]) for s in SERVERS}
+    net, names = toy_kyra()
+    layout_members = [[SERVERS[v] for v in ov.members] for ov in net.overlays[1:]]
+    assert layout_members == [list("ADF"), list("BDEG"), list("CEH")]
+    tree_edges = [{SERVERS[a] + SERVERS[b] for a, b in ov.edges} for ov in net.overlays[1:]]
+    assert tree_edges == [{"AD", "DF"}, {"BE", "BG", "DE"}, {"CE", "CH"}]
+    assert {SERVERS[a] + SERVERS[b] for a, b in net.overlays[0].edges} == {
+        "AB", "AC", "BC", "DE", "FG", "FH", "GH"}  # fmt: skip
+    proxy = {s: points(box for _, box in strat(net.brokers[ID[s]]).proxy.values())
+             for s in SERVERS}  # fmt: skip
     # Fig. 4 lists B with no proxy subscription: a slip, A's {1,5} overlaps B's zone 4-6 at 5
     assert proxy == {"A": {1, 2}, "B": {5}, "C": {7, 8}, "D": {0, 3}, "E": {5, 6}, "F": {2},
                      "G": {4, 5, 6}, "H": {7, 9}}  # fmt: skip
-    assert [(x.sub_id, x.origin) for x in k.proxies["B"]] == [("A5", "A")]
-    tables = {(u, t, v): points(bs) for t, tab in enumerate(k.tables)
-              for u, row in tab.items() for v, bs in row.items()}  # fmt: skip
+    assert [
+        (names[sid], SERVERS[o]) for sid, (o, _) in strat(net.brokers[ID["B"]]).proxy.items()
+    ] == [("A5", "A")]
+    # Fig. 4's per-tree tables: at u on tree t, what is held on neighbour v's side
+    tables: dict[tuple[str, int, str], set[int]] = {}
+    for u, b in net.brokers.items():
+        for t in range(3):
+            for e in b.tables(1 + t).prt.values():
+                if e.lasthop != LOCAL:
+                    key = (SERVERS[u], t, SERVERS[e.lasthop])
+                    tables[key] = tables.get(key, set()) | points([e.box])
     assert tables == {
         ("A", 0, "D"): {0, 2, 3}, ("D", 0, "A"): {1, 2}, ("D", 0, "F"): {2},
         ("F", 0, "D"): {0, 1, 2, 3},
         ("B", 1, "E"): {5, 6}, ("B", 1, "G"): {4, 5, 6}, ("D", 1, "E"): {4, 5, 6},
-        ("E", 1, "B"): {4, 5, 6}, ("E", 1, "D"): set(), ("G", 1, "B"): {5, 6},
-        ("C", 2, "E"): set(), ("C", 2, "H"): {7, 9}, ("E", 2, "C"): {7, 8, 9},
-        ("H", 2, "C"): {7, 8},
+        ("E", 1, "B"): {4, 5, 6}, ("G", 1, "B"): {5, 6},
+        ("C", 2, "H"): {7, 9}, ("E", 2, "C"): {7, 8, 9}, ("H", 2, "C"): {7, 8},
     }  # fmt: skip
 
 
+def fig2_tree() -> BrokerNet:
+    g = BrokerGraph(range(8))
+    for a, b in ("AC", "BC", "CD", "CE", "EF", "FG", "GH"):
+        g.add_edge(ID[a], ID[b], "tree")
+    net = BrokerNet(g, [g.overlay("tree", "tree")], TOY, siena())
+    for o, vs in TOY_SUBS.items():
+        for v in vs:
+            net.subscribe(ID[o], iv(v, v))
+    return net
+
+
 def test_kyra_event_9_from_a_two_messages_fig2_five() -> None:
-    r = kyra.route(toy_kyra(), "A", (9,))
-    assert r.messages == [("A", "C", "clique"), ("C", "H", "tree")]
-    assert r.delivered == ["H9"]
-    # Fig. 2: the filter-based tree over all servers, every server holding its own subscriptions
-    tree: kyra.Adjacency = {s: set() for s in SERVERS}
-    for u, v in ("AC", "BC", "CD", "CE", "EF", "FG", "GH"):
-        tree[u].add(v)
-        tree[v].add(u)
-    held = {o: [((v, v),) for v in vs] for o, vs in TOY_SUBS.items()}
-    hops = kyra.tree_route(tree, kyra.tree_tables(tree, held), "A", (9,))
-    assert hops == [("A", "C"), ("C", "E"), ("E", "F"), ("F", "G"), ("G", "H")]
+    net, names = toy_kyra()
+    eid = publish(net, "A", 9)
+    hops = [(SERVERS[s.src], SERVERS[s.dst], s.msg.overlay) for s in net.publications(eid)]  # type: ignore[attr-defined]
+    assert hops == [("A", "C", kyra.CLIQUE), ("C", "H", 3)]  # the clique hop, then tree t2
+    assert [(SERVERS[v], [names[s] for s in ev.sids]) for v, ev in net.delivered] == [("H", ["H9"])]
+    # Fig. 2: the filter-based tree over the same servers, every server holding its own
+    tree = fig2_tree()
+    eid = tree.publish(ID["A"], (9,))
+    hops2 = [(SERVERS[s.src], SERVERS[s.dst]) for s in tree.publications(eid)]
+    assert hops2 == [("A", "C"), ("C", "E"), ("E", "F"), ("F", "G"), ("G", "H")]
 
 
 def test_kyra_toy_every_event_reaches_exactly_its_subscribers() -> None:
-    k = toy_kyra()
-    for src in SERVERS:
-        for x in range(10):
-            r = kyra.route(k, src, (x,))
-            want = sorted(f"{o}{x}" for o, vs in TOY_SUBS.items() if x in vs)
-            assert sorted(map(str, r.delivered)) == want
-            # each origin gets the event once: from the proxy, or it is the proxy itself
-            proxied = [d for _, d, kind in r.messages if kind == "proxy"]
-            assert len(proxied) == len(set(proxied))
+    for covering in (False, True):
+        net, names = toy_kyra(covering)
+        for src in SERVERS:
+            for x in range(10):
+                net.delivered.clear()
+                eid = publish(net, src, x)
+                got = sorted(names[s] for _, ev in net.delivered for s in ev.sids)
+                assert got == sorted(f"{o}{x}" for o, vs in TOY_SUBS.items() if x in vs)
+                # each origin gets the event once: from the proxy, or it is the proxy itself
+                to_origin = [s.dst for s in net.publications(eid) if s.msg.hdr]  # type: ignore[attr-defined]
+                assert len(to_origin) == len(set(to_origin))
+        assert all(b.stats.dropped == 0 for b in net.brokers.values())
 
 
 def test_kyra_covering_keeps_the_routes_with_fewer_entries() -> None:
-    zones = {s: ((lo, hi),) for s, (lo, hi) in ZONES.items()}
-    subs = [*toy_subs(), kyra.Subscription("G-wide", "G", ((4, 6),))]  # covers G4 and G6
-    full = kyra.build(CLIQUES, zones, TREE_ZONES, subs, toy_latency)
-    cov = kyra.build(CLIQUES, zones, TREE_ZONES, subs, toy_latency, covering=True)
-
-    def size(k: kyra.Kyra) -> int:
-        return sum(len(b) for tab in k.tables for row in tab.values() for b in row.values())
-
-    assert size(cov) < size(full)
+    wide = [("G", iv(4, 6))]  # covers G4 and G6
+    full, _ = toy_kyra(False, wide)
+    cov, _ = toy_kyra(True, wide)
+    assert sum(b.prt_size() for b in cov.brokers.values()) < sum(
+        b.prt_size() for b in full.brokers.values()
+    )
     for src in SERVERS:
         for x in range(10):
-            a, b = kyra.route(full, src, (x,)), kyra.route(cov, src, (x,))
-            assert a.messages == b.messages and a.delivered == b.delivered
+            a, b = publish(full, src, x), publish(cov, src, x)
+            hops_a = [(s.src, s.dst) for s in full.publications(a)]
+            assert hops_a == [(s.src, s.dst) for s in cov.publications(b)]
+            assert full.deliveries_of(a).keys() == {k for k in cov.deliveries_of(b)}
+
+
+def test_kyra_unsubscribe_withdraws_the_proxies() -> None:
+    net, names = toy_kyra()
+    h9 = next(s for s, n in names.items() if n == "H9")
+    net.act(ID["H"], lambda b, now: strat(b).unsubscribe(b, h9, now))
+    eid = publish(net, "A", 9)
+    assert [(SERVERS[s.src], SERVERS[s.dst]) for s in net.publications(eid)] == [("A", "C")]
+    assert not net.delivered
+
+
+XY = Schema("xy", (Attribute("x", "float", 0, 100), Attribute("y", "float", 0, 100)))
 
 
 @given(st.integers(0, 2**32 - 1), st.integers(1, 14), st.integers(1, 2))
 def test_kyra_random_networks_deliver_exactly_once(seed: int, n: int, dims: int) -> None:
-    """HAC on random coordinates, k-d zones, MST trees: every event reaches exactly the
-    subscriptions that match it, each once, whoever publishes it."""
+    """HAC on random coordinates, k-d zones, MST trees, all on broker cores: every event
+    reaches exactly the subscriptions that match it, each once, whoever publishes it."""
     rng = random.Random(seed)
-    servers = list(range(n))
-    xy = {s: (rng.uniform(0, 100), rng.uniform(0, 100)) for s in servers}
+    schema = XY if dims == 2 else Schema("x", XY.attributes[:1])
+    xy = [(rng.uniform(0, 100), rng.uniform(0, 100)) for _ in range(n)]
 
-    def dist(a: Hashable, b: Hashable) -> float:
+    def dist(a: int, b: int) -> float:
         (ax, ay), (bx, by) = xy[a], xy[b]
         return ((ax - bx) ** 2 + (ay - by) ** 2) ** 0.5
 
-    cliques = kyra.hac_cliques(servers, dist, rng.uniform(10, 80), rng.randrange(1, 6))
-    domain = tuple((0.0, 100.0) for _ in range(dims))
+    cliques = hac_cliques(range(n), dist, rng.uniform(10, 80), rng.randrange(1, 6))
     sample = [tuple(rng.uniform(0, 100) for _ in range(dims)) for _ in range(60)]
-    subs = []
-    for i in range(rng.randrange(25)):
-        lo = [rng.uniform(0, 95) for _ in range(dims)]
-        box = tuple((a, a + rng.uniform(0, 40)) for a in lo)
-        subs.append(kyra.Subscription(i, rng.choice(servers), box))
-    zone: dict[Hashable, kyra.Box] = {}
+    subs: list[tuple[int, Box]] = []
+    for _ in range(rng.randrange(25)):
+        ranges = {}
+        for d in range(dims):
+            lo = rng.uniform(0, 95)
+            ranges[d] = Range(lo, lo + rng.uniform(0, 40))
+        subs.append((rng.randrange(n), Box.from_ranges(schema, ranges)))
+    zone: dict[int, Box] = {}
     for c in cliques:
-        mine = [s.box for s in subs if s.origin in c]
-        zone.update(zip(c, kyra.kd_partition(domain, len(c), sample, mine), strict=True))
+        mine = [box for o, box in subs if o in c]
+        zone.update(zip(c, kyra.kd_partition(schema, len(c), sample, mine), strict=True))
     t = max(len(c) for c in cliques)
-    k = kyra.build(cliques, zone, kyra.kd_partition(domain, t, sample, beta=0.0), subs, dist)
+    tz = kyra.kd_partition(schema, t, sample, beta=0.0)
+    layout = kyra.build(cliques, zone, tz, dist, covering=rng.random() < 0.5)
+    net = BrokerNet(layout.graph, layout.overlays, schema, layout.configs(), layout.strategy)
+    live = {}
+    for o, box in subs:
+        live[net.act(o, lambda b, now, box=box: strat(b).subscribe(b, box, now))] = (o, box)
     for e in sample[:20]:
-        want = Counter(s.sub_id for s in subs if kyra.contains(s.box, e))
-        r = kyra.route(k, rng.choice(servers), e)
-        assert Counter(r.delivered) == want
-        tree_hops = [(a, b) for a, b, kind in r.messages if kind == "tree"]
-        assert len(set(tree_hops)) == len(tree_hops)
+        eid = net.act(rng.randrange(n), lambda b, now, e=e: strat(b).publish(b, e, now))
+        assert net.deliveries_of(eid) == oracle(live, e)
+        hops = [(s.src, s.dst, s.msg.overlay) for s in net.publications(eid)]  # type: ignore[attr-defined]
+        assert len(set(hops)) == len(hops)
 
 
-@given(st.integers(0, 2**32 - 1), st.integers(1, 9), st.integers(1, 3))
+@given(st.integers(0, 2**32 - 1), st.integers(1, 9), st.integers(1, 2))
 def test_kyra_kd_partition_tiles_the_domain(seed: int, k: int, dims: int) -> None:
     rng = random.Random(seed)
-    domain = tuple((0.0, 100.0) for _ in range(dims))
+    schema = XY if dims == 2 else Schema("x", XY.attributes[:1])
     events = [tuple(rng.uniform(0, 100) for _ in range(dims)) for _ in range(rng.randrange(40))]
     subs = []
     for _ in range(rng.randrange(10)):
-        lo = [rng.uniform(0, 90) for _ in range(dims)]
-        subs.append(tuple((a, a + rng.uniform(0, 10)) for a in lo))
-    zones = kyra.kd_partition(domain, k, events, subs, 1.0, rng.choice((0.0, 1.0)))
+        ranges = {}
+        for d in range(dims):
+            lo = rng.uniform(0, 90)
+            ranges[d] = Range(lo, lo + rng.uniform(0, 10))
+        subs.append(Box.from_ranges(schema, ranges))
+    zones = kyra.kd_partition(schema, k, events, subs, 1.0, rng.choice((0.0, 1.0)))
     assert len(zones) == k
     probes = [*events, *(tuple(rng.uniform(0, 100) for _ in range(dims)) for _ in range(50))]
     for p in probes:
-        assert sum(kyra.contains(z, p) for z in zones) == 1
+        assert sum(matches(z, p) for z in zones) == 1
 
 
 def test_kyra_kd_partition_balances_the_load() -> None:
+    one = Schema("x", (Attribute("x", "float", 0, 99),))
     events = [(float(x),) for x in range(100)]
-    zones = kyra.kd_partition(((0.0, 99.0),), 4, events, beta=0.0)
-    assert [sum(kyra.contains(z, e) for e in events) for z in zones] == [25, 25, 25, 25]
+    zones = kyra.kd_partition(one, 4, events, beta=0.0)
+    assert [sum(matches(z, e) for e in events) for z in zones] == [25, 25, 25, 25]
     # k = 3 splits 2:1, so the first cut leaves two thirds of the load on the left
-    zones = kyra.kd_partition(((0.0, 99.0),), 3, events, beta=0.0)
-    assert sorted(sum(kyra.contains(z, e) for e in events) for z in zones) == [33, 33, 34]
+    zones = kyra.kd_partition(one, 3, events, beta=0.0)
+    assert sorted(sum(matches(z, e) for e in events) for z in zones) == [33, 33, 34]
     # 2-D: the spread attribute is cut, the constant one is not
+    two = Schema("xy", (Attribute("x", "float", 0, 9), Attribute("y", "float", 0, 9)))
     events2 = [(float(x), 5.0) for x in range(10)]
-    zones = kyra.kd_partition(((0.0, 9.0), (0.0, 9.0)), 2, events2, beta=0.0)
-    assert [z[1] for z in zones] == [(0.0, 9.0), (0.0, 9.0)]
+    zones = kyra.kd_partition(two, 2, events2, beta=0.0)
+    assert [z.dims[1][:2] for z in zones] == [(0.0, 9.0), (0.0, 9.0)]
+    # int attributes: the upper zone starts at the next integer, no value is shared
+    zones = kyra.kd_partition(TOY, 3, [(float(v),) for v in range(10)], beta=0.0)
+    assert [points([z]) for z in zones] == [{0, 1, 2}, {3, 4, 5, 6}, {7, 8, 9}]
 
 
 # ---------------------------------------------------------------------------------- OctopiA
 #: Fig. 8's topology is only in the image; the smallest one consistent with its text: G_a a path
-#: of regions a-e, m = 3, S1 at B(c,0), S2 at B(d,0), S3 at B(c,1), S4 at B(c,2); P1 at B(a,2),
-#: P2 at B(a,1), P3 at B(e,1), with 1-D ad boxes so that P1 -> {S4}, P2 -> {S1,S4}, P3 -> all.
-PATH = {"a": {"b"}, "b": {"a", "c"}, "c": {"b", "d"}, "d": {"c", "e"}, "e": {"d"}}
-FIG8_SUBS = [(("c", 0), "S1", ((10, 30),)), (("d", 0), "S2", ((20, 30),)),
-             (("c", 1), "S3", ((20, 30),)), (("c", 2), "S4", ((0, 30),))]  # fmt: skip
-FIG8_ADS = [(("a", 2), "P1", ((0, 9),)), (("a", 1), "P2", ((10, 19),)),
-            (("e", 1), "P3", ((20, 29),))]  # fmt: skip
+#: of regions a-e (0-4), m = 3, B(x, c) = 5c + x. S1 at B(c,0), S2 at B(d,0), S3 at B(c,1), S4 at
+#: B(c,2); P1 at B(a,2), P2 at B(a,1), P3 at B(e,1), with 1-D ad boxes so that P1 -> {S4},
+#: P2 -> {S1,S4}, P3 -> all.
+LINE = Schema("line", (Attribute("v", "float", 0, 100),))
+PATH = [(0, 1), (1, 2), (2, 3), (3, 4)]
 
 
-def fig8(subs_first: bool) -> octopia.Octopia:
-    net = octopia.Octopia(PATH, 3)
-    steps = [lambda b=b, s=s, x=x: net.subscribe(b, s, x) for b, s, x in FIG8_SUBS]
-    ads = [lambda b=b, a=a, x=x: net.advertise(b, a, x) for b, a, x in FIG8_ADS]
-    for step in (steps + ads) if subs_first else (ads + steps):
+def B(x: str, c: int) -> int:
+    return 5 * c + "abcde".index(x)
+
+
+FIG8_SUBS = [(B("c", 0), "S1", (10, 30)), (B("d", 0), "S2", (20, 30)),
+             (B("c", 1), "S3", (20, 30)), (B("c", 2), "S4", (0, 30))]  # fmt: skip
+FIG8_ADS = [(B("a", 2), "P1", (0, 9)), (B("a", 1), "P2", (10, 19)), (B("e", 1), "P3", (20, 29))]
+
+
+def octo(b: Broker) -> octopia.OctopiaStrategy:
+    assert isinstance(b.strategy, octopia.OctopiaStrategy)
+    return b.strategy
+
+
+def octopia_net(
+    layout: octopia.OctopiaLayout, schema: Schema = LINE, queues: LinkQueues | None = None
+) -> BrokerNet:
+    return BrokerNet(
+        layout.graph,
+        layout.overlays,
+        schema,
+        layout.configs(),
+        lambda v: layout.strategy(v, queues is not None, queues),
+    )
+
+
+def fig8(subs_first: bool) -> tuple[BrokerNet, dict[str, int], dict[str, int]]:
+    net = octopia_net(octopia.build(PATH, 3, [[5 * c + x for x in range(5)] for c in range(3)]))
+    ads: dict[str, int] = {}
+    subs: dict[str, int] = {}
+
+    def sub_all() -> None:
+        for b, s, (lo, hi) in FIG8_SUBS:
+            subs[s] = net.act(
+                b, lambda br, now, lo=lo, hi=hi: octo(br).subscribe(br, iv(lo, hi, LINE), now)
+            )
+
+    def ad_all() -> None:
+        for b, p, (lo, hi) in FIG8_ADS:
+            ads[p] = net.act(
+                b, lambda br, now, lo=lo, hi=hi: octo(br).advertise(br, iv(lo, hi, LINE), now)
+            )
+
+    for step in (sub_all, ad_all) if subs_first else (ad_all, sub_all):
         step()
-    return net
+    return net, ads, subs
+
+
+def sent_kinds(net: BrokerNet) -> Counter[str]:
+    return Counter(
+        f"Control:{s.msg.op}" if isinstance(s.msg, Control) else type(s.msg).__name__
+        for s in net.log
+    )
 
 
 def test_octopia_fig8_civs() -> None:
     for subs_first in (True, False):
-        net = fig8(subs_first)
-        assert [octopia.civ_str(net.civ(p), 3) for p in ("P1", "P2", "P3")] == ["100", "101", "111"]
+        net, ads, _ = fig8(subs_first)
+        host = {p: b for b, p, _ in FIG8_ADS}
+        civs = [octopia.civ_str(octo(net.brokers[host[p]]).civ(net.brokers[host[p]], ads[p]), 3)
+                for p in ("P1", "P2", "P3")]  # fmt: skip
+        assert civs == ["100", "101", "111"]
+        kinds = sent_kinds(net)
         # each advertisement goes to its m-1 region peers only; one CIB_SET per STC and ad,
         # although S1 and S2 both make cluster 0 a target of P3
-        assert net.sent["ADV"] == 3 * 2
-        assert net.sent["CIB_SET"] == 0 + 2 + 2
-        assert net.sent["SUB"] == 4 * 4  # flooded in its own cluster: 5 brokers, 4 aLinks
+        assert kinds["Advertise"] == 3 * 2
+        assert kinds[f"Control:{octopia.OP_CIB_SET}"] == 0 + 2 + 2
+        assert kinds["Subscribe"] == 4 * 4  # flooded in its own cluster: 5 brokers, 4 aLinks
+        # SRT: the host and its m-1 region peers hold each ad, nobody else
+        assert sum(b.srt_size() for b in net.brokers.values()) == 3 * 3
 
 
 def test_octopia_fig8_static_routes() -> None:
-    net = fig8(True)
-    hops, got = net.publish(("a", 2), "P1", (5,))
+    net, ads, subs = fig8(True)
+    name = {sid: s for s, sid in subs.items()}
+
+    def pub(p: str, x: float) -> tuple[list[tuple[int, int, list[int]]], list[str]]:
+        host = next(b for b, q, _ in FIG8_ADS if q == p)
+        net.delivered.clear()
+        eid = net.act(host, lambda br, now: octo(br).publish(br, ads[p], (x,), now))
+        hops = [(s.src, s.dst, list(s.msg.hdr)) for s in net.publications(eid)]  # type: ignore[attr-defined]
+        return hops, sorted(name[sid] for _, ev in net.delivered for sid in ev.sids)
+
+    hops, got = pub("P1", 5)
     # P1 has no STC: its own bit 2 sends nothing, the notification stays on aLinks
-    assert hops == [(("a", 2), ("b", 2), 0), (("b", 2), ("c", 2), 0)]
-    assert got == [(("c", 2), "S4")]
-    hops, got = net.publish(("a", 1), "P2", (15,))
-    assert hops[:2] == [(("a", 1), ("a", 0), 0), (("a", 1), ("a", 2), 0)]  # two copies, iLinks
-    assert sorted(s for _, s in got) == ["S1", "S4"]
-    hops, got = net.publish(("e", 1), "P3", (25,))
+    assert hops == [(B("a", 2), B("b", 2), []), (B("b", 2), B("c", 2), [])]
+    assert got == ["S4"]
+    hops, got = pub("P2", 15)
+    assert hops[:2] == [(B("a", 1), B("a", 0), []), (B("a", 1), B("a", 2), [])]  # iLinks only
+    assert got == ["S1", "S4"]
+    hops, got = pub("P3", 25)
     # three copies at the host: the aLink toward S3 and one iLink each to clusters 0 and 2;
     # one copy only to B(e,0) although S1 and S2 are both there
-    assert hops[:3] == [(("e", 1), ("d", 1), 0), (("e", 1), ("e", 0), 0), (("e", 1), ("e", 2), 0)]
+    assert hops[:3] == [(B("e", 1), B("d", 1), []), (B("e", 1), B("e", 0), []),
+                        (B("e", 1), B("e", 2), [])]  # fmt: skip
     assert len(hops) == 8
-    assert sorted(s for _, s in got) == ["S1", "S2", "S3", "S4"]
+    assert got == ["S1", "S2", "S3", "S4"]
+    assert all(b.stats.dropped == 0 for b in net.brokers.values())
 
 
-A1, A2 = ("x", 0), ("y", 0)
-ILINKS = {1: ("p", 1), 2: ("p", 2), 3: ("p", 3)}
+A1, A2 = 100, 101
+ILINKS = {1: 201, 2: 202, 3: 203}
 
 
 def run_idr(
-    busy: set[octopia.Broker],
-    q: dict[octopia.Broker, int],
-    alinks: list[octopia.Broker] | None = None,
-) -> list[tuple[octopia.Broker, str]]:
+    busy: set[int],
+    q: dict[int, int],
+    alinks: list[int] | None = None,
+) -> list[tuple[int, str]]:
     a = [A1, A2] if alinks is None else alinks
     copies = octopia.idr(a, ILINKS, busy.__contains__, lambda link: q.get(link, 0))
     return [(c.link, octopia.civ_str(c.civ, 4)) for c in copies]
@@ -289,7 +424,7 @@ def test_octopia_idr_table_rows() -> None:
 
 def test_octopia_link_status_table() -> None:
     lst = octopia.LinkStatusTable()  # delta 10, window 50 ms
-    link = ("p", 1)
+    link = 201
     assert not lst.congested(link) and lst.ce(link) == 1.0
     lst.observe(link, 0.00, n_in=30, n_out=10, q=25)
     assert not lst.congested(link)  # the window has not closed yet
@@ -308,35 +443,77 @@ def test_octopia_link_status_table() -> None:
     assert lst.ce(link) == float("inf") and lst.congested(link)
 
 
+class Queues:
+    """A driver's output queues as a test feeds them: each (broker, link) either backed up
+    (q 20, 10 in and 5 out per sample: CE 2) or draining (q from the table, CE 1/2)."""
+
+    def __init__(self, busy: set[tuple[int, int]], q: dict[tuple[int, int], int]) -> None:
+        self.busy = busy
+        self.q = q
+        self.samples = 0
+
+    def sample(self, broker: int, dst: int, now: float) -> tuple[int, int, int]:
+        self.samples += 1
+        if (broker, dst) in self.busy:
+            return 20 + self.q[(broker, dst)], 10, 5
+        return self.q[(broker, dst)] % 10, 5, 10
+
+
 @given(st.integers(0, 2**32 - 1))
 def test_octopia_idr_delivers_like_snr(seed: int) -> None:
-    """Whatever the congestion, IDR reaches exactly SNR's subscribers, each once."""
+    """Whatever the congestion the driver's queues report, IDR (on broker cores, sampling the
+    queues at ``now``) reaches exactly SNR's subscribers, each once."""
     rng = random.Random(seed)
-    regions = list(range(rng.randrange(1, 7)))
-    tree: dict[Hashable, set[Hashable]] = {r: set() for r in regions}
-    for r in regions[1:]:
-        p = rng.randrange(r)
-        tree[r].add(p)
-        tree[p].add(r)
+    n = rng.randrange(1, 7)
+    edges = [(rng.randrange(x), x) for x in range(1, n)]
     m = rng.randrange(1, 5)
-    net = octopia.Octopia(tree, m)
-    brokers = sorted(net.brokers, key=repr)
-    for i in range(rng.randrange(1, 12)):
-        lo = rng.uniform(0, 90)
-        net.subscribe(rng.choice(brokers), f"s{i}", ((lo, lo + rng.uniform(0, 30)),))
-    host = rng.choice(brokers)
-    net.advertise(host, "P", ((0.0, 100.0),))
+    groups = [[c * n + x for x in range(n)] for c in range(m)]
+    layout = octopia.build(edges, m, groups)
+    brokers = [v for g in groups for v in g]
     busy = {(a, b) for a in brokers for b in brokers if rng.random() < 0.4}
-    q = {(a, b): rng.randrange(50) for a in brokers for b in brokers}
-    for _ in range(5):
+    queues = Queues(busy, {(a, b): rng.randrange(50) for a in brokers for b in brokers})
+    snr, dyn = octopia_net(layout), octopia_net(layout, queues=queues)
+    live = {}
+    host = rng.choice(brokers)
+    ads = [net.act(host, lambda b, now: octo(b).advertise(b, Box.whole(LINE), now))
+           for net in (snr, dyn)]  # fmt: skip
+    for _ in range(rng.randrange(1, 12)):
+        lo = rng.uniform(0, 90)
+        box, v = iv(lo, lo + rng.uniform(0, 30), LINE), rng.choice(brokers)
+        sids = [net.act(v, lambda b, now, box=box: octo(b).subscribe(b, box, now))
+                for net in (snr, dyn)]  # fmt: skip
+        assert sids[0] == sids[1]
+        live[sids[0]] = (v, box)
+    for i in range(6):
         e = (rng.uniform(0, 100),)
-        _, snr = net.publish(host, "P", e)
-        _, dyn = net.publish(host, "P", e, lambda a, b: (a, b) in busy, lambda a, b: q[(a, b)])
-        assert sorted(snr, key=repr) == sorted(dyn, key=repr)
-        assert len(set(dyn)) == len(dyn)
-        want = {s for b in net.brokers.values() for s, (box, last) in b.prt.items()
-                if last is None and octopia.contains(box, e)}  # fmt: skip
-        assert {s for _, s in snr} == want
+        dyn.now = snr.now = 0.05 * i  # a new window each time: the last one's counts decide
+        got = []
+        for net, ad in zip((snr, dyn), ads, strict=True):
+            eid = net.act(host, lambda b, now, ad=ad, e=e: octo(b).publish(b, ad, e, now))
+            got.append(net.deliveries_of(eid))
+        assert got[0] == got[1] == oracle(live, e)
+    if m > 1 and any(octo(b).civ(b, ads[1]) & ~(1 << octo(b).c) for b in [dyn.brokers[host]]):
+        assert queues.samples > 0
+
+
+def test_octopia_idr_on_cores_sends_a_civ_n() -> None:
+    """Fig. 8's P3 with both of its host's target iLinks congested and its aLink free: one
+    copy on the aLink carrying CIV 101, and the aLink's far end sends the iLink copies."""
+    layout = octopia.build(PATH, 3, [[5 * c + x for x in range(5)] for c in range(3)])
+    h = B("e", 1)
+    queues = Queues({(h, B("e", 0)), (h, B("e", 2))}, Counter())
+    net = octopia_net(layout, queues=queues)
+    for b, _, (lo, hi) in FIG8_SUBS:
+        net.act(b, lambda br, now, lo=lo, hi=hi: octo(br).subscribe(br, iv(lo, hi, LINE), now))
+    ad = net.act(h, lambda br, now: octo(br).advertise(br, iv(20, 29, LINE), now))
+    net.act(h, lambda br, now: octo(br).publish(br, ad, (25,), now))  # samples the window
+    net.now = 0.05
+    net.delivered.clear()
+    eid = net.act(h, lambda br, now: octo(br).publish(br, ad, (25,), now))
+    hops = [(s.src, s.dst, list(s.msg.hdr)) for s in net.publications(eid)]  # type: ignore[attr-defined]
+    assert hops[0] == (h, B("d", 1), [0b101])
+    assert (B("d", 1), B("d", 0), []) in hops and (B("d", 1), B("d", 2), []) in hops
+    assert len(net.delivered) == 4
 
 
 # -------------------------------------------------------------------------------------- POP

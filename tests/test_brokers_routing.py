@@ -10,7 +10,7 @@ from collections import Counter
 
 import msgspec
 import pytest
-from broker_harness import BrokerNet, oracle
+from broker_harness import BrokerNet, oracle, random_rtt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -171,11 +171,7 @@ def _cyclic(seed: int, n: int) -> BrokerGraph:
     rng = random.Random(seed)
     g = kary_tree(range(n), rng.randint(1, 3), rng)
     # Random latencies, so that the first copy of an ad (which defines its tree) varies.
-    rtt = [[0.0] * n for _ in range(n)]
-    for a in range(n):
-        for b in range(a + 1, n):
-            rtt[a][b] = rtt[b][a] = rng.uniform(1, 200)
-    h = BrokerGraph(range(n), rtt)
+    h = BrokerGraph(range(n), random_rtt(rng, n, 1, 200))
     for a, b in g.edges:
         h.add_edge(a, b, "o")
     for _ in range(n):

@@ -1,0 +1,199 @@
+"""Publisher relocation on a PADRES broker tree: the migration protocol POP and GRAPE share
+(Cheung & Jacobsen, CSRG-597, Phase 3), as a ``Strategy`` base the two systems extend.
+
+Theory of operation
+-------------------
+The publisher's client advertises ad A at its source broker S (overlay 0, a tree running PADRES:
+ads flood, subscriptions go toward overlapping ads, publications follow them back). Once a
+system has chosen a target T and the tree path ``path = [T, ..., S]`` (the RAM's list), S calls
+``start_migration``:
+
+=========================  ======================================================================
+step                       action
+=========================  ======================================================================
+1 at S                     emit ``ClientCommand(pause)``: the driver pauses the client (its
+                           publications are buffered) and hands T the migration ad
+2 at T (``migration_ad``)  SRT[A].lasthop = LOCAL (A is T's own now); MUM(A, path) toward S
+3 MUM at each hop b        SRT[A].lasthop = the sender (toward T); every PRT entry overlapping A
+                           that did not come from there is forwarded there (``offer_sub``,
+                           at most once); the system's tables for A are cleared
+                           (``on_migrated``); at S: MCM(A, path) back toward T
+4 MCM at each hop b        forget having sent the sender what it dropped (``forget_sent``);
+                           drop the remote PRT entries from the T side that no other ad needs
+                           (``drop_sub``; S does so when it sends the MCM), forward the MCM;
+                           at T: emit ``ClientCommand(resume)``:
+                           the driver re-attaches the client to T and publishes its buffer there
+=========================  ======================================================================
+
+Why nothing is lost or duplicated: each publication is published exactly once, at S before the
+pause or at T after the resume (the client registry buffers in between). Links are FIFO, so the
+subscriptions a hop forwards on the MUM reach T before the MCM does: T's first publication finds
+every route. The clean-up waits for the MCM (our reading; the paper prunes on the MUM): a
+publication S sent before the pause travels the path ahead of the MCM, so a hop drops an entry
+only after every such publication has passed it. Routing stays a tree's: a hop never sends a
+publication back where it came from.
+
+The path's brokers are tree neighbours in order; the messages are ``Control`` ops on overlay 0
+(``ref`` = A, ``ints`` = the path), counted as control traffic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rangecast.brokers.broker import Broker, Strategy
+from rangecast.brokers.clients import PAUSE, RESUME, ClientCommand
+from rangecast.brokers.filters import Box, overlaps
+from rangecast.brokers.messages import Control
+from rangecast.brokers.tables import LOCAL
+from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
+
+__all__ = ["OP_MCM", "OP_MUM", "Relocation", "tree_path"]
+
+#: Control ops of the migration (POP's and GRAPE's own ops are below 20).
+OP_MUM, OP_MCM = 20, 21
+
+
+def tree_path(neighbours: dict[int, Sequence[int]], target: int, source: int) -> list[int]:
+    """The tree path ``[target, ..., source]`` over the adjacency ``neighbours``."""
+    parent: dict[int, int] = {source: source}
+    frontier = [source]
+    while frontier and target not in parent:
+        nxt = []
+        for u in frontier:
+            for v in neighbours.get(u, ()):
+                if v not in parent:
+                    parent[v] = u
+                    nxt.append(v)
+        frontier = nxt
+    if target not in parent:
+        raise LocalProtocolError(f"no tree path from {target} to {source}")
+    path = [target]
+    while path[-1] != source:
+        path.append(parent[path[-1]])
+    return path
+
+
+class Relocation(Strategy):
+    """Phase 3 and the publisher bookkeeping; POP and GRAPE add tracing and the choice.
+
+    ``publishers``: local ad -> its client. Client calls: ``attach_publisher`` (advertise for
+    a client), ``publish``; the driver calls ``migration_ad`` on the target after a pause."""
+
+    OVERLAY = 0
+
+    def __init__(self) -> None:
+        self.publishers: dict[int, int] = {}
+        #: Ads this broker is moving away (source) or receiving (target): no second migration.
+        self.migrating: set[int] = set()
+        self.migrations = 0
+
+    # -- client calls ----------------------------------------------------------------------
+
+    def attach_publisher(self, broker: Broker, client: int, box: Box, now: float) -> int:
+        ad = broker.advertise(box, now, self.OVERLAY)
+        self.publishers[ad] = client
+        return ad
+
+    def publish(self, broker: Broker, ad: int, values: Sequence[float | None], now: float) -> int:
+        if ad in self.migrating or ad not in self.publishers:
+            raise LocalProtocolError(f"ad {ad} has no attached publisher at {broker.id}")
+        return broker.publish(values, now, self.OVERLAY, ad)
+
+    # -- Phase 3 ------------------------------------------------------------------------------
+
+    def start_migration(self, broker: Broker, ad: int, path: Sequence[int], now: float) -> None:
+        """At the source (``path[-1]``): pause the client; the driver does the rest."""
+        if path[-1] != broker.id or len(path) < 2 or ad not in self.publishers:
+            raise LocalProtocolError(f"broker {broker.id} cannot move ad {ad} along {path}")
+        if ad in self.migrating:
+            return
+        self.migrating.add(ad)
+        broker.emit(ClientCommand(self.publishers[ad], PAUSE, path[0], ad, tuple(path)))
+
+    def migration_ad(
+        self, broker: Broker, client: int, ad: int, path: Sequence[int], now: float
+    ) -> None:
+        """At the target: the client's migration ad (it carries the RAM's path)."""
+        e = broker.tables(self.OVERLAY).srt.get(ad)
+        if e is None or path[0] != broker.id:
+            raise LocalProtocolError(f"broker {broker.id} knows no ad {ad} to take over")
+        e.lasthop = LOCAL
+        self.publishers[ad] = client
+        self.migrating.add(ad)
+        self.on_migrated(broker, ad)
+        broker.send(path[1], Control(self.OVERLAY, OP_MUM, ad, list(path)), now)
+
+    def on_control(self, broker: Broker, msg: Control, src: int, now: float) -> None:
+        if msg.op == OP_MUM:
+            self._on_mum(broker, msg, src, now)
+        elif msg.op == OP_MCM:
+            self._on_mcm(broker, msg, src, now)
+        else:
+            self.on_system_control(broker, msg, src, now)
+
+    def on_system_control(self, broker: Broker, msg: Control, src: int, now: float) -> None:
+        raise RemoteProtocolError(f"no handler for control op {msg.op}")
+
+    def on_migrated(self, broker: Broker, ad: int) -> None:
+        """A MUM for ``ad`` passed: the system clears its tables for it."""
+        return None
+
+    def _at(self, broker: Broker, msg: Control, src: int, step: int) -> int:
+        """This broker's index in the path, checking the message came from its predecessor."""
+        path = msg.ints
+        try:
+            j = path.index(broker.id)
+        except ValueError:
+            raise RemoteProtocolError(f"broker {broker.id} is not on path {path}") from None
+        if not 0 <= j - step < len(path) or path[j - step] != src:
+            raise RemoteProtocolError(f"migration message from {src} out of path order")
+        return j
+
+    def _on_mum(self, broker: Broker, msg: Control, src: int, now: float) -> None:
+        j = self._at(broker, msg, src, 1)
+        ov = self.OVERLAY
+        t = broker.tables(ov)
+        e = t.srt.get(msg.ref)
+        if e is None:
+            raise RemoteProtocolError(f"MUM for unknown ad {msg.ref}")
+        e.lasthop = src
+        for sid, s in list(t.prt.items()):
+            if s.lasthop != src and overlaps(s.box, e.box):
+                broker.offer_sub(ov, src, sid, now)
+        self.on_migrated(broker, msg.ref)
+        if j + 1 < len(msg.ints):
+            broker.send(msg.ints[j + 1], msg, now)
+            return
+        # The source: the ad is no longer its own; it routed its last publication of it already.
+        self._prune(broker, src, now)
+        self.publishers.pop(msg.ref, None)
+        self.migrating.discard(msg.ref)
+        self.migrations += 1
+        broker.send(src, Control(ov, OP_MCM, msg.ref, msg.ints), now)
+
+    def _on_mcm(self, broker: Broker, msg: Control, src: int, now: float) -> None:
+        j = self._at(broker, msg, src, -1)
+        # The sender dropped what no ad on its far side needs: forget having sent it there.
+        srt = broker.tables(self.OVERLAY).srt.values()
+        broker.forget_sent(
+            self.OVERLAY,
+            src,
+            lambda box: any(a.lasthop == src and overlaps(a.box, box) for a in srt),
+        )
+        toward_t = msg.ints[j - 1] if j > 0 else LOCAL
+        if j > 0:
+            self._prune(broker, toward_t, now)
+            broker.send(toward_t, msg, now)
+            return
+        self.migrating.discard(msg.ref)
+        broker.emit(ClientCommand(self.publishers[msg.ref], RESUME, broker.id, msg.ref))
+
+    def _prune(self, broker: Broker, toward_t: int, now: float) -> None:
+        """Drop the entries from the target's side that no advertisement elsewhere needs."""
+        t = broker.tables(self.OVERLAY)
+        for sid, s in list(t.prt.items()):
+            if s.lasthop == toward_t and not any(
+                a.lasthop != toward_t and overlaps(a.box, s.box) for a in t.srt.values()
+            ):
+                broker.drop_sub(self.OVERLAY, sid, now)
