@@ -54,10 +54,12 @@ class SessionLog:
     trace_id: int
     bits: int = 0
     deliveries: int = 0
+    #: G_threshold: publications in the session
+    size: int = G_THRESHOLD
 
     def deliver(self, msg_id: int, local_deliveries: int) -> None:
         k = msg_id - self.trace_id
-        if not 0 <= k < G_THRESHOLD:
+        if not 0 <= k < self.size:
             raise LocalProtocolError(f"message {msg_id} is outside session {self.trace_id}")
         if local_deliveries > 0:
             self.bits |= 1 << k

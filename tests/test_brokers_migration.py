@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 
 from broker_harness import BrokerNet, Publishers, oracle, random_rtt
 from hypothesis import given, settings
@@ -43,16 +44,19 @@ def _tree(rng: random.Random, n: int) -> BrokerGraph:
     return g
 
 
-@settings(max_examples=EXAMPLES)
-@given(st.integers(0, 2**32 - 1), st.integers(2, 10))
-def test_migration_at_random_times_never_loses_or_duplicates(seed: int, n: int) -> None:
-    """Subscriptions everywhere, a publisher publishing at random times while it is moved,
-    more than once, to random brokers at random times: every publication reaches exactly the
-    matching subscriptions, once each (the oracle), and nothing is left buffered."""
+def migrate_at_random(
+    seed: int, n: int, strategy: Callable[[random.Random], Callable[[int], Relocation]]
+) -> tuple[BrokerNet, Publishers, int]:
+    """Subscriptions everywhere, a publisher publishing 30 times at random times while it is
+    moved, more than once, to random brokers at random times (``strategy(rng)`` gives each
+    broker its ``Relocation``; a system may move the publisher on its own too): every
+    publication reaches exactly the matching subscriptions, once each (the oracle), nothing is
+    left buffered, and the ad is local at exactly the publisher's broker. Returns the net, the
+    publishers and the number of moves forced."""
     rng = random.Random(seed)
     g = _tree(rng, n)
     cfg = padres(covering=rng.random() < 0.5)
-    net = BrokerNet(g, [g.overlay("t", "tree")], SCHEMA, cfg, lambda v: Relocation())
+    net = BrokerNet(g, [g.overlay("t", "tree")], SCHEMA, cfg, strategy(rng))
     live = {}
     for _ in range(rng.randrange(1, 12)):
         v, box = rng.randrange(n), _box(rng)
@@ -86,10 +90,18 @@ def test_migration_at_random_times_never_loses_or_duplicates(seed: int, n: int) 
     for eid, values in pubs.published:
         assert net.deliveries_of(eid) == oracle(live, values), (eid, values)
     assert all(b.stats.dropped == 0 for b in net.brokers.values())
-    assert pubs.registry.migrations(1) <= moves
     # The ad is local at exactly one broker: the publisher's.
     hosts = [v for v, b in net.brokers.items() if b.tables(0).srt[pubs.ads[1]].lasthop == -1]
     assert hosts == [pubs.registry.broker_of(1)]
+    return net, pubs, moves
+
+
+@settings(max_examples=EXAMPLES)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 10))
+def test_migration_at_random_times_never_loses_or_duplicates(seed: int, n: int) -> None:
+    """The shared protocol alone (``migrate_at_random``): only the forced moves happen."""
+    _, pubs, moves = migrate_at_random(seed, n, lambda rng: lambda v: Relocation())
+    assert pubs.registry.migrations(1) <= moves
 
 
 def test_migration_moves_the_route_and_cleans_the_path() -> None:
