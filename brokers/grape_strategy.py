@@ -46,13 +46,12 @@ from dataclasses import dataclass, replace
 from typing import Literal, cast
 
 from rangecast.brokers.broker import Broker, LinkQueues
-from rangecast.brokers.filters import matches
 from rangecast.brokers.grape import CLIENT, G_THRESHOLD, Grape, Node, SessionLog, TraceInfo
 from rangecast.brokers.messages import Control, Publish
-from rangecast.brokers.migration import Relocation, tree_path
+from rangecast.brokers.migration import tree_path
+from rangecast.brokers.pop import Tracing
 from rangecast.brokers.tables import LOCAL
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
-from rangecast.dht.wire import Message
 
 __all__ = ["OP_TIA", "OP_TIR", "SESSION", "GrapeStrategy", "Selection", "pack_tia", "unpack_tia"]
 
@@ -138,7 +137,7 @@ class Selection:
     target: int
 
 
-class GrapeStrategy(Relocation):
+class GrapeStrategy(Tracing):
     """GRAPE on a PADRES tree of broker cores (overlay 0); see the module docs.
 
     ``priority``/``weight``: the selection (``load``/100: the minimum message rate; ``delay``/100:
@@ -187,18 +186,14 @@ class GrapeStrategy(Relocation):
 
     def publish(self, broker: Broker, ad: int, values: Sequence[float | None], now: float) -> int:
         """A publication of the session: routed here with the session header."""
-        ov = self.OVERLAY
-        a = broker.tables(ov).srt.get(ad)
-        if ad in self.migrating or ad not in self.publishers or a is None:
-            raise LocalProtocolError(f"ad {ad} has no attached publisher at {broker.id}")
-        if len(values) != len(broker.schema) or not matches(a.box, values):
-            raise LocalProtocolError(f"event {tuple(values)} is outside its ad {a.box}")
+        self.check_publish(broker, ad, values)
         eid = broker.new_id()
         trace_id, k = self.open.get(ad, (eid, 0))
         if k == 0:
             self.session_ad[trace_id] = ad
         self.open[ad] = (trace_id, k + 1)
-        self._route(broker, Publish(ov, eid, list(values), hdr=[SESSION, trace_id, k]), LOCAL, now)
+        msg = Publish(self.OVERLAY, eid, list(values), hdr=[SESSION, trace_id, k])
+        self.on_traced(broker, msg, LOCAL, now)
         if k + 1 == self.threshold:
             self._end_session(broker, ad, now)
         return eid
@@ -209,13 +204,6 @@ class GrapeStrategy(Relocation):
             self._end_session(broker, ad, now)  # cut short: clears the state, answers dropped
 
     # -- hooks -----------------------------------------------------------------------------
-
-    def on_receive(self, broker: Broker, msg: Message, src: int, now: float) -> bool:
-        if type(msg) is Publish and msg.hdr:
-            assert isinstance(msg, Publish)
-            self._route(broker, msg, src, now)
-            return False
-        return True
 
     def on_system_control(self, broker: Broker, msg: Control, src: int, now: float) -> None:
         if msg.op == OP_TIR:
@@ -235,23 +223,18 @@ class GrapeStrategy(Relocation):
 
     # -- Phase 1 ---------------------------------------------------------------------------
 
-    def _route(self, broker: Broker, msg: Publish, src: int, now: float) -> None:
+    def on_traced(self, broker: Broker, msg: Publish, src: int, now: float) -> None:
         hdr = msg.hdr
         if len(hdr) != 3 or hdr[0] != SESSION or not 0 <= hdr[2] < self.threshold:
             raise RemoteProtocolError(f"bad session header {hdr}")
-        if len(msg.values) != len(broker.schema):
-            raise RemoteProtocolError(f"an event of {len(msg.values)} values")
         trace_id, k = hdr[1], hdr[2]
         s = self.sessions.get(trace_id)
         if s is None:
             s = self.sessions[trace_id] = _Session(trace_id, self.threshold, src)
         elif s.up != src or s.waiting is not None:
             raise RemoteProtocolError(f"session {trace_id} traffic from {src} out of order")
-        local, targets = broker.match(self.OVERLAY, msg, src)
-        broker.deliver(self.OVERLAY, msg, local, src, now, bool(targets))
-        for n in targets:
-            broker.send(n, msg, now)
-        s.log.deliver(trace_id + k, len(local))
+        local, targets = self.route(broker, msg, src, now)
+        s.log.deliver(trace_id + k, local)
         s.down.update(targets)
 
     def _end_session(self, broker: Broker, ad: int, now: float) -> None:

@@ -42,8 +42,10 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rangecast.brokers.broker import Broker
+from rangecast.brokers.filters import matches
 from rangecast.brokers.messages import Control, Publish
 from rangecast.brokers.migration import Relocation
+from rangecast.brokers.tables import LOCAL
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 from rangecast.dht.wire import Message
 
@@ -208,14 +210,49 @@ OP_TRM, OP_RRM, OP_RAM = 10, 11, 12
 TRACED = 1
 
 
-class PopStrategy(Relocation):
+class Tracing(Relocation):
+    """The plumbing POP and GRAPE share over ``Relocation``: a publication with a header (POP's
+    traced ones, GRAPE's session ones) is routed by the strategy at every broker (``route``),
+    which records what its system needs on the way (``on_traced``)."""
+
+    def check_publish(self, broker: Broker, ad: int, values: Sequence[float | None]) -> None:
+        """What ``Broker.publish`` checks, for a publication the strategy makes itself."""
+        a = broker.tables(self.OVERLAY).srt.get(ad)
+        if ad in self.migrating or ad not in self.publishers or a is None:
+            raise LocalProtocolError(f"ad {ad} has no attached publisher at {broker.id}")
+        if len(values) != len(broker.schema) or not matches(a.box, values):
+            raise LocalProtocolError(f"event {tuple(values)} is outside its ad {a.box}")
+
+    def route(self, broker: Broker, msg: Publish, src: int, now: float) -> tuple[int, list[int]]:
+        """Deliver and forward ``msg`` as the core would: (local deliveries, the links used)."""
+        if len(msg.values) != len(broker.schema):
+            raise RemoteProtocolError(f"an event of {len(msg.values)} values")
+        local, targets = broker.match(self.OVERLAY, msg, src)
+        broker.deliver(self.OVERLAY, msg, local, src, now, bool(targets))
+        for n in targets:
+            broker.send(n, msg, now)
+        return len(local), targets
+
+    def on_receive(self, broker: Broker, msg: Message, src: int, now: float) -> bool:
+        if type(msg) is Publish and msg.hdr:
+            assert isinstance(msg, Publish)
+            self.on_traced(broker, msg, src, now)
+            return False
+        return True
+
+    def on_traced(self, broker: Broker, msg: Publish, src: int, now: float) -> None:
+        """A publication with a header, from ``src`` (LOCAL: this broker's own)."""
+        raise RemoteProtocolError(f"unexpected publication header {msg.hdr}")
+
+
+class PopStrategy(Tracing):
     """POP on a PADRES tree of broker cores (overlay 0): the source traces publications with
     ``p_trace``; every broker a traced publication reaches answers upstream with a TRM
     (``Control`` TRM, ``ref`` = event id, ``ints`` = [ad, count]) once its children have, and
     records its PPTable; after ``threshold`` traces with none outstanding the source starts the
     RRM walk (``rrm_step`` at each hop: RRM carries ``up`` in ``values`` and the path in
     ``ints``); the RAM returns hop by hop along the path and the source starts the migration
-    (``Relocation``). Traced publications are routed here (``Broker.match`` then ``deliver``),
+    (``Relocation``). Traced publications are routed here (``Tracing.route``),
     the others by the core."""
 
     def __init__(
@@ -247,33 +284,22 @@ class PopStrategy(Relocation):
             self.tags[ad] = (w, tagged)
             return super().publish(broker, ad, values, now)
         self.tags[ad] = (w, tagged + 1)
+        self.check_publish(broker, ad, values)
         self.outstanding[ad] = self.outstanding.get(ad, 0) + 1
-        if ad not in self.publishers:
-            raise LocalProtocolError(f"ad {ad} has no attached publisher at {broker.id}")
-        eid = broker.new_id()
-        self._traced(broker, Publish(self.OVERLAY, eid, list(values), hdr=[TRACED, ad]), -1, now)
-        return eid
-
-    def on_receive(self, broker: Broker, msg: Message, src: int, now: float) -> bool:
-        if type(msg) is Publish and msg.hdr:
-            assert isinstance(msg, Publish)
-            self._traced(broker, msg, src, now)
-            return False
-        return True
+        msg = Publish(self.OVERLAY, broker.new_id(), list(values), hdr=[TRACED, ad])
+        self.on_traced(broker, msg, LOCAL, now)
+        return msg.eid
 
     def on_migrated(self, broker: Broker, ad: int) -> None:
         t = self.pp.get(ad)
         if t is not None:
             t.clear()
 
-    def _traced(self, broker: Broker, msg: Publish, src: int, now: float) -> None:
+    def on_traced(self, broker: Broker, msg: Publish, src: int, now: float) -> None:
         if len(msg.hdr) != 2 or msg.hdr[0] != TRACED:
             raise RemoteProtocolError(f"bad trace header {msg.hdr}")
-        local, targets = broker.match(self.OVERLAY, msg, src)
-        broker.deliver(self.OVERLAY, msg, local, src, now, bool(targets))
-        for n in targets:
-            broker.send(n, msg, now)
-        self.pending[msg.eid] = (src, msg.hdr[1], TraceReply(len(local), set(targets)))
+        local, targets = self.route(broker, msg, src, now)
+        self.pending[msg.eid] = (src, msg.hdr[1], TraceReply(local, set(targets)))
         self._maybe_reply(broker, msg.eid, now)
 
     def _maybe_reply(self, broker: Broker, eid: int, now: float) -> None:
