@@ -7,7 +7,8 @@ Theory of operation
 Every publication of a publisher belongs to a *trace session* of ``threshold`` (G_threshold)
 consecutive publications, named by its first publication's id (the trace id). The source routes
 each one itself with the header ``[SESSION, trace id, k]`` (k: its index in the session, since
-our event ids are not consecutive per publisher), and so does every broker it reaches:
+our event ids are not consecutive per publisher), and so does every broker it reaches (the
+tagged-publication plumbing is ``pop.Tracing``, which POP's traced publications use too):
 
 ================  =============================================================================
 event at b        action
