@@ -18,7 +18,7 @@ from typing import Annotated
 import msgspec
 
 from rangecast.dht.errors import LocalProtocolError
-from rangecast.dht.wire import U8, U63, Finite, Handle, Message, register
+from rangecast.dht.wire import U8, U63, Finite, Handle, Message, MessageTable
 
 U16 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFF)]
 U32 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFFFFFF)]
@@ -241,18 +241,22 @@ class ReplicaDrop(Message, tag=75, frozen=True):
     target: Ref
 
 
-register(
+#: The content-based overlay's message table.
+PUBSUB_TABLE = MessageTable(
     "pubsub",
-    ProbeSub,
-    InstallAck,
-    LeafUpdate,
-    TransferSub,
-    ProbePub,
-    EventDelivery,
-    ProbePubMulticast,
-    LbddDelivery,
-    DeliveryMulticast,
-    ReplicaPut,
-    ReplicaOp,
-    ReplicaDrop,
+    range(64, 128),
+    (
+        ProbeSub,
+        InstallAck,
+        LeafUpdate,
+        TransferSub,
+        ProbePub,
+        EventDelivery,
+        ProbePubMulticast,
+        LbddDelivery,
+        DeliveryMulticast,
+        ReplicaPut,
+        ReplicaOp,
+        ReplicaDrop,
+    ),
 )

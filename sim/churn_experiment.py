@@ -26,6 +26,7 @@ from typing import Any
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.node import PastryNode
+from rangecast.dht.wire import codec_for
 from rangecast.pubsub.node import EventDelivered, OverlayConfig, SubscriptionInstalled
 from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
@@ -154,7 +155,12 @@ def _overlay(params: ChurnParams, say: Progress) -> tuple[Simulator, SimNetwork,
     seed = params.seed
     registry = SchemaRegistry((THESIS_SCHEMA,))
     model = latency_model(params.latency, seed)
-    sim = Simulator(model, stream(seed, "network"), progress=say.engine_hook)
+    sim = Simulator(
+        model,
+        stream(seed, "network"),
+        codec=codec_for(*OverlayPeer.TABLES),
+        progress=say.engine_hook,
+    )
     cap_rng = stream(seed, "capacity")
     overlay_cfg = replace(params.overlay, replicas=params.replicas)
 
@@ -169,7 +175,7 @@ def _overlay(params: ChurnParams, say: Progress) -> tuple[Simulator, SimNetwork,
 def _start_log(sim: Simulator, out_dir: Path | None) -> runlog.MessageLog | None:
     if out_dir is None:
         return None
-    log = runlog.MessageLog(out_dir / "messages.parquet")
+    log = runlog.MessageLog(out_dir / "messages.parquet", sim.codec)
     sim.message_log = log.record
     return log
 

@@ -41,6 +41,7 @@ from typing import Any
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.dht.wire import codec_for
 from rangecast.multicast.lbdd import SOURCE, bucket_of, build_tree, check_views, digest, near_floor
 from rangecast.multicast.messages import (
     MAX_SLICE_BYTES,
@@ -133,6 +134,7 @@ class _Net:
             self.model,
             stream(seed, "network"),
             stream(seed, "addresses"),
+            codec=codec_for(*TopicPeer.TABLES),
             progress=progress.engine_hook,
         )
         cfg = TopicConfig(slice_bytes=params.slice_bytes, send_budget_slices=params.window_slices)
@@ -378,7 +380,9 @@ def run_lbdd(
     mode = params.mode
 
     net = _Net(params, say)
-    messages_log = runlog.MessageLog(out_dir / "messages.parquet") if out_dir else None
+    messages_log = (
+        runlog.MessageLog(out_dir / "messages.parquet", net.sim.codec) if out_dir else None
+    )
     if messages_log is not None:
         net.sim.message_log = messages_log.record
     say(f"{n} subscribers + 1 publisher placed ({net.model.name}); joining the topic")

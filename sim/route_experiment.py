@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.node import Application
 from rangecast.dht.routing import Peer
+from rangecast.dht.wire import codec_for
 from rangecast.sim import runlog
 from rangecast.sim.engine import Simulator, cyclic_gc_paused
 from rangecast.sim.latency import latency_model
@@ -147,10 +149,14 @@ def _run_route(
     say = as_progress(progress, "route")
     model = latency_model(params.latency, params.seed)
     sim = Simulator(
-        model, stream(params.seed, "network"), loss=params.loss, progress=say.engine_hook
+        model,
+        stream(params.seed, "network"),
+        codec=codec_for(DHT_TABLE),
+        loss=params.loss,
+        progress=say.engine_hook,
     )
     log = _LookupLog(sim)
-    messages_log = runlog.MessageLog(out_dir / "messages.parquet") if out_dir else None
+    messages_log = runlog.MessageLog(out_dir / "messages.parquet", sim.codec) if out_dir else None
     if messages_log is not None:
         sim.message_log = messages_log.record
     config = dht_config(params.dht, lookup=params.lookup, root_cache=params.root_cache)

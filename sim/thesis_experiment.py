@@ -37,6 +37,7 @@ import numpy as np
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.node import PastryNode
+from rangecast.dht.wire import codec_for
 from rangecast.pubsub.node import (
     EventDelivered,
     OverlayConfig,
@@ -509,7 +510,12 @@ def _run_thesis(
 
     # ---- overlay
     model = latency_model(params.latency, seed)
-    sim = Simulator(model, stream(seed, "network"), progress=say.engine_hook)
+    sim = Simulator(
+        model,
+        stream(seed, "network"),
+        codec=codec_for(*OverlayPeer.TABLES),
+        progress=say.engine_hook,
+    )
     cap_rng = stream(seed, "capacity")
     # The thesis' evaluation has no churn, so no replication (its cost is measured by the churn
     # experiment instead, which switches failure detection on).
@@ -541,7 +547,7 @@ def _run_thesis(
     messages_log = None
     trees = runlog.TreeSnapshots()
     if out_dir is not None:
-        messages_log = runlog.MessageLog(out_dir / "messages.parquet")
+        messages_log = runlog.MessageLog(out_dir / "messages.parquet", sim.codec)
         sim.message_log = messages_log.record
     phases = {"setup": time.perf_counter() - wall0}
     say(
