@@ -1,5 +1,6 @@
-"""The one wire codec: every message of every layer is defined as a ``Message`` struct and
-encoded here, by the simulator (to charge each message its real size) and by the real runtime.
+"""The wire format: every message of every layer is a ``Message`` struct, encoded and decoded by
+a ``Codec`` over the message tables of one stack, in the simulator (to charge each message its
+real size) and in the real runtime alike.
 
 Theory of operation
 -------------------
