@@ -5,11 +5,9 @@ Six types: the four routing-table messages (``Advertise``, ``Unadvertise``, ``Su
 which) that the systems built on the substrate use for their own protocols (OctopiA's CIB_SET,
 POP's TRM/RRM/RAM, GRAPE's TIR/TIA, the migration's MUM/MCM, Kyra's proxy-to-origin forward).
 
-Tags: the registry partition of ``rangecast.dht.wire`` gives 64-127 to ``pubsub``, which uses
-64-75; the brokers take the free upper half, 96-127 (one-byte tags on the wire). This module does
-not call ``register``: the per-layer wire tables are being made explicit, and whoever wires the
-brokers into a codec takes ``BROKER_MESSAGES`` (``broker_codec`` builds a codec over them alone,
-for sizes and tests).
+Tags 96-127 (one-byte tags on the wire; ``pubsub`` owns 64-95). The layer's wire table is
+``BROKER_TABLE``; whoever builds a broker stack builds its codec from it (``broker_codec``: the
+the broker messages alone).
 
 Sizes follow the substrate's cost model (BASELINES.md 4.6) through the real encoding: a box is its
 2 x d bounds as float64 (64 B for 4 attributes, plus one MessagePack marker per float and the
@@ -26,10 +24,11 @@ import msgspec
 
 from rangecast.brokers.filters import Box, Dim
 from rangecast.dht.errors import RemoteProtocolError
-from rangecast.dht.wire import U63, Codec, Finite, Message
+from rangecast.dht.wire import U63, Codec, Finite, Message, MessageTable, codec_for
 
 __all__ = [
     "BROKER_MESSAGES",
+    "BROKER_TABLE",
     "BROKER_TAGS",
     "Advertise",
     "Control",
@@ -174,11 +173,9 @@ BROKER_MESSAGES: tuple[type[Message], ...] = (
 )
 
 
+BROKER_TABLE = MessageTable("brokers", BROKER_TAGS, BROKER_MESSAGES)
+
+
 def broker_codec() -> Codec:
-    """A codec over the broker messages alone (sizes and strict decoding without the registry)."""
-    types: dict[int, type[Message]] = {}
-    for cls in BROKER_MESSAGES:
-        tag = cls.__struct_config__.tag
-        assert isinstance(tag, int)
-        types[tag] = cls
-    return Codec(types)
+    """The codec of a broker stack: the broker messages alone."""
+    return codec_for(BROKER_TABLE)

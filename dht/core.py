@@ -22,10 +22,10 @@ from typing import Any, ClassVar
 
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
 from rangecast.dht.ids import IdSpace
-from rangecast.dht.messages import Direct, HopAck, JoinRequest, Route
+from rangecast.dht.messages import DHT_TABLE, Direct, HopAck, JoinRequest, Route
 from rangecast.dht.routing import Peer
 from rangecast.dht.timers import TimerHeap
-from rangecast.dht.wire import Handle, Message, codec
+from rangecast.dht.wire import Codec, Handle, Message
 
 log = logging.getLogger("rangecast.dht")
 
@@ -117,6 +117,7 @@ class DhtCore:
         "app",
         "by_join",
         "cfg",
+        "codec",
         "me",
         "proximity",
         "rng",
@@ -140,6 +141,7 @@ class DhtCore:
         proximity: Proximity | None,
         app: Application | None,
         stats: NodeStats,
+        codec: Codec,
     ) -> None:
         self.cfg = cfg
         self.space: IdSpace = cfg.space
@@ -149,6 +151,12 @@ class DhtCore:
         if not isinstance(rng, random.Random):
             raise LocalProtocolError("rng must be a seeded random.Random")
         self.me = Peer.make(self.space, ident, addr)
+        if not isinstance(codec, Codec):
+            raise LocalProtocolError(f"codec must be a Codec, got {codec!r}")
+        codec.require(DHT_TABLE, f"a {type(self).__name__}")
+        #: The codec of the stack this node is the bottom of (built by whoever built the stack):
+        #: frames are decoded with it, and the layers above encode and decode with it too.
+        self.codec = codec
         self.rng = rng
         self.proximity: Proximity = proximity or _no_proximity
         self.app = app or Application()
@@ -181,9 +189,10 @@ class DhtCore:
     # -------------------------------------------------------------------------------- inputs
 
     def receive_frame(self, frame: bytes, src: bytes, now: float) -> None:
-        """Raw bytes from the network: decode strictly, drop (and count) anything bad."""
+        """Raw bytes from the network: decode strictly with the stack's codec, drop (and count)
+        anything bad, a message of a table the codec lacks included."""
         try:
-            msg = codec().decode(frame)
+            msg = self.codec.decode(frame)
         except WireError as exc:
             self.stats.malformed += 1
             log.debug("%r: dropped malformed frame from %r: %s", self, src, exc)

@@ -64,7 +64,7 @@ from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
 from rangecast.dht.messages import Direct, FindNode, FoundNodes, HopAck, Leave, Ping, Pong, Route
 from rangecast.dht.routing import Peer
-from rangecast.dht.wire import Message
+from rangecast.dht.wire import Codec, Message
 
 log = logging.getLogger("rangecast.dht.kademlia")
 
@@ -323,13 +323,14 @@ class KademliaNode(DhtCore):
         addr: bytes,
         rng: random.Random,
         *,
+        codec: Codec,
         config: KademliaConfig | None = None,
         proximity: Proximity | None = None,
         app: Application | None = None,
     ) -> None:
         cfg = config or KademliaConfig()
         self.stats: KademliaStats
-        super().__init__(ident, addr, rng, cfg, proximity, app, KademliaStats())
+        super().__init__(ident, addr, rng, cfg, proximity, app, KademliaStats(), codec)
         self.table = BucketTable(self.space, ident, cfg.k, near=cfg.siblings)
         self._lookups: dict[int, _Lookup] = {}
         self._siblings: list[Peer] = []

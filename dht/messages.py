@@ -8,7 +8,7 @@ from typing import Annotated
 
 import msgspec
 
-from rangecast.dht.wire import U8, U63, Handle, Message, Payload, WireBytes, register
+from rangecast.dht.wire import U8, U63, Handle, Message, MessageTable, Payload, WireBytes
 
 #: A routing-table row number, or -1 for "none yet".
 Row = Annotated[int, msgspec.Meta(ge=-1, le=255)]
@@ -122,27 +122,32 @@ class FoundNodes(Message, tag=16, frozen=True):
     nodes: list[Handle]
 
 
-register(
+#: The DHTs' message table: every stack's codec includes it (``codec_for(DHT_TABLE, ...)``).
+DHT_TABLE = MessageTable(
     "dht",
-    Route,
-    HopAck,
-    JoinRequest,
-    JoinRows,
-    JoinReply,
-    Announce,
-    LeafSetRequest,
-    LeafSetReply,
-    Ping,
-    Pong,
-    RowRequest,
-    RowReply,
-    Direct,
-    Leave,
-    FindNode,
-    FoundNodes,
+    range(1, 32),
+    (
+        Route,
+        HopAck,
+        JoinRequest,
+        JoinRows,
+        JoinReply,
+        Announce,
+        LeafSetRequest,
+        LeafSetReply,
+        Ping,
+        Pong,
+        RowRequest,
+        RowReply,
+        Direct,
+        Leave,
+        FindNode,
+        FoundNodes,
+    ),
 )
 
 __all__ = [
+    "DHT_TABLE",
     "Announce",
     "Direct",
     "FindNode",

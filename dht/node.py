@@ -63,7 +63,7 @@ from rangecast.dht.messages import (
     RowRequest,
 )
 from rangecast.dht.routing import LeafSet, Peer, RoutingTable
-from rangecast.dht.wire import Handle
+from rangecast.dht.wire import Codec, Handle
 
 log = logging.getLogger("rangecast.dht")
 
@@ -116,12 +116,13 @@ class PastryNode(DhtCore):
         addr: bytes,
         rng: random.Random,
         *,
+        codec: Codec,
         config: PastryConfig | None = None,
         proximity: Proximity | None = None,
         app: Application | None = None,
     ) -> None:
         cfg = config or PastryConfig()
-        super().__init__(ident, addr, rng, cfg, proximity, app, NodeStats())
+        super().__init__(ident, addr, rng, cfg, proximity, app, NodeStats(), codec)
         self.leaves = LeafSet(self.space, ident, cfg.leaf_set_size // 2)
         self.table = RoutingTable(self.space, ident)
         self._last_heard: dict[int, float] = {}

@@ -12,6 +12,9 @@ matters to a driver is a fact of its descriptor here, so that no driver compares
 - whether its node ids are Kademlia node ids (a real peer can then also serve the kademlia
   package's RPCs on the same port).
 
+A node is built with the codec of the stack it is the bottom of (``codec``: built by the driver
+from the tables the stack speaks, ``codec_for(DHT_TABLE, ...)``), never a process-wide one.
+
 Adding a substrate means one descriptor subclass and one entry in ``SUBSTRATES``.
 """
 
@@ -27,6 +30,7 @@ from rangecast.dht.core import Application, Proximity
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.kademlia import ROOT_CACHE, KademliaConfig, KademliaNode, expected_siblings
 from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.dht.wire import Codec
 
 #: A substrate's node, and its configuration.
 DhtNode = PastryNode | KademliaNode
@@ -62,17 +66,27 @@ class SubstrateSpec(ABC):
         addr: bytes,
         rng: random.Random,
         *,
+        codec: Codec,
         config: Any,
         proximity: Proximity | None,
         app: Application | None,
     ) -> DhtNode:
-        """A node (``config``: an instance of ``config_type``, or None for the defaults)."""
+        """A node speaking ``codec`` (``config``: an instance of ``config_type``, or None for
+        the defaults)."""
         if config is not None and not isinstance(config, self.config_type):
             raise LocalProtocolError(
                 f"a {self.title} node needs a {self.config_type.__name__}, got {config!r}"
             )
         # node_type and config_type are a pair in each subclass, which mypy cannot relate.
-        return self.node_type(ident, addr, rng, config=config, proximity=proximity, app=app)  # type: ignore[arg-type]
+        return self.node_type(
+            ident,
+            addr,
+            rng,
+            codec=codec,
+            config=config,  # type: ignore[arg-type]
+            proximity=proximity,
+            app=app,
+        )
 
     @abstractmethod
     def expected_neighbours(self, ids: Sequence[int], own: int, config: Any) -> list[int]:
@@ -179,12 +193,16 @@ def make_dht(
     addr: bytes,
     rng: random.Random,
     *,
+    codec: Codec,
     config: DhtConfig | None = None,
     proximity: Proximity | None = None,
     app: Application | None = None,
 ) -> DhtNode:
-    """A node of the substrate called ``name`` (``config``: its configuration, None: defaults)."""
-    return substrate(name).node(ident, addr, rng, config=config, proximity=proximity, app=app)
+    """A node of the substrate called ``name``, speaking ``codec`` (``config``: its
+    configuration, None: defaults)."""
+    return substrate(name).node(
+        ident, addr, rng, codec=codec, config=config, proximity=proximity, app=app
+    )
 
 
 __all__ = [

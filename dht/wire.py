@@ -1,5 +1,6 @@
-"""The one wire codec: every message of every layer is defined as a ``Message`` struct and
-encoded here, by the simulator (to charge each message its real size) and by the real runtime.
+"""The wire format: every message of every layer is a ``Message`` struct, encoded and decoded by
+a ``Codec`` over the message tables of one stack, in the simulator (to charge each message its
+real size) and in the real runtime alike.
 
 Theory of operation
 -------------------
@@ -11,24 +12,38 @@ msgspec was chosen because it validates while it decodes (types, lengths, no tra
 so strict decoding costs nothing extra, and because encoding a small struct takes well under a
 microsecond, which matters when the simulator encodes every one of millions of messages.
 
-Layers register their own message types (``register``); tags are partitioned by layer so that
-``dht`` never needs to know the upper layers' types:
+Each layer declares its messages as one immutable ``MessageTable`` (its name, the tag range it
+owns and its message types) in its own ``messages`` module: ``dht.messages.DHT_TABLE``,
+``multicast.messages.MULTICAST_TABLE``, ``pubsub.messages.PUBSUB_TABLE`` and
+``runtime.messages.RUNTIME_TABLE``. This module knows none of them. Whoever builds a stack (the
+simulator's experiment, a real peer, a test) builds one ``Codec`` from the tables that stack
+speaks (``codec_for(DHT_TABLE, PUBSUB_TABLE)``) and hands it to the cores it builds, which keep
+it. Nothing is registered at import time and there is no process-wide codec: what a core accepts
+is what its builder gave it, whatever else the process has imported, and two stacks with
+different codecs can live side by side. ``codec_for`` checks the tables against each other
+(tags unique, ranges disjoint) and raises ``LocalProtocolError`` when they clash.
+
+The layers' ranges, as their tables declare them:
 
 ====== ==========================
 tags   layer
 ====== ==========================
-1-31   dht (Pastry)
+1-31   dht (Pastry, Kademlia)
 32-63  multicast and LBDD
-64-127 pubsub
+64-95  pubsub
+96-127 brokers
 128+   runtime (sessions, client API)
 ====== ==========================
 
-Decoding is strict: anything that is not exactly one well-formed registered message of the
-current version, within the size limit, raises ``WireError`` and nothing else.
+Decoding is strict: anything that is not exactly one well-formed message of the codec's tables
+and of the current version, within the size limit, raises ``WireError`` and nothing else.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Union
 
 import msgspec
@@ -52,13 +67,22 @@ U32 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFFFFFF)]
 Finite = Annotated[float, msgspec.Meta(ge=-1.7976931348623157e308, le=1.7976931348623157e308)]
 #: Unique ids drawn by cores are 63-bit so they fit MessagePack's signed range.
 U63 = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+#: Every tag a table may use: one MessagePack byte (``payload_tag`` reads it without decoding).
+TAGS = range(1, 256)
 
 
 class Message(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=True):
-    """Base of every wire message. Subclasses pass ``tag=<int>`` and are ``register``-ed."""
+    """Base of every wire message. Subclasses pass ``tag=<int>`` and are listed in their
+    layer's ``MessageTable``."""
 
     #: Human name used in counters (class name unless overridden).
     kind: ClassVar[str] = "Message"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Set where the class is defined, so the name never depends on what was imported.
+        if "kind" not in cls.__dict__:
+            cls.kind = cls.__name__
 
 
 class Handle(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -68,64 +92,115 @@ class Handle(msgspec.Struct, frozen=True, array_like=True, gc=False):
     addr: WireBytes
 
 
-_LAYER_RANGES: dict[str, range] = {
-    "dht": range(1, 32),
-    "multicast": range(32, 64),
-    "pubsub": range(64, 128),
-    "runtime": range(128, 256),
-}
-
-_registry: dict[int, type[Message]] = {}
-_codec: Codec | None = None
+def _tag_of(cls: type[Message]) -> Any:
+    return cls.__struct_config__.tag
 
 
-def register(layer: str, *types: type[Message]) -> None:
-    """Add message types to the wire table. Tags must be unique and inside the layer's range."""
-    global _codec
-    allowed = _LAYER_RANGES.get(layer)
-    if allowed is None:
-        raise LocalProtocolError(f"unknown layer {layer!r}; one of {sorted(_LAYER_RANGES)}")
-    # Check everything before changing anything, so a refused call leaves the table as it was.
-    staged: dict[int, type[Message]] = {}
-    for cls in types:
-        tag = cls.__struct_config__.tag
-        if not isinstance(tag, int) or tag not in allowed:
-            raise LocalProtocolError(f"{cls.__name__}: tag {tag!r} outside {layer} range {allowed}")
-        other = staged.get(tag) or _registry.get(tag)
-        if other is not None and other is not cls:
-            raise LocalProtocolError(f"tag {tag} used by both {other.__name__} and {cls.__name__}")
-        staged[tag] = cls
-    for tag, cls in staged.items():
-        _registry[tag] = cls
-        cls.kind = cls.__name__
-    _codec = None
+@dataclass(frozen=True, slots=True)
+class MessageTable:
+    """One layer's messages: its ``layer`` name, the ``tags`` it owns and its ``types``.
+
+    A plain value, checked when it is made (every type a ``Message`` with an integer tag inside
+    ``tags``, no tag twice; ``LocalProtocolError`` otherwise); building it changes nothing else.
+    """
+
+    layer: str
+    tags: range
+    types: tuple[type[Message], ...]
+
+    def __post_init__(self) -> None:
+        tags = self.tags
+        if tags.step != 1 or not tags or tags.start < TAGS.start or tags.stop > TAGS.stop:
+            raise LocalProtocolError(
+                f"{self.layer}: tag range {tags} is not a non-empty part of {TAGS}"
+            )
+        if not self.types:
+            raise LocalProtocolError(f"{self.layer}: a table needs at least one message type")
+        seen: dict[int, type[Message]] = {}
+        for cls in self.types:
+            if not (isinstance(cls, type) and issubclass(cls, Message)):
+                raise LocalProtocolError(f"{self.layer}: {cls!r} is not a wire Message")
+            tag = _tag_of(cls)
+            if not isinstance(tag, int) or tag not in tags:
+                raise LocalProtocolError(
+                    f"{cls.__name__}: tag {tag!r} outside {self.layer} range {tags}"
+                )
+            other = seen.get(tag)
+            if other is not None:
+                raise LocalProtocolError(
+                    f"tag {tag} used by both {other.__name__} and {cls.__name__}"
+                )
+            seen[tag] = cls
 
 
-def registered() -> dict[int, type[Message]]:
-    return dict(sorted(_registry.items()))
+def _merge(
+    tables: Iterable[MessageTable],
+) -> tuple[tuple[MessageTable, ...], dict[int, type[Message]]]:
+    """The distinct tables (a table given twice counts once) and their types by tag; raises
+    ``LocalProtocolError`` if two tables share a layer name, a tag range or a tag."""
+    kept: list[MessageTable] = []
+    types: dict[int, type[Message]] = {}
+    for table in tables:
+        if not isinstance(table, MessageTable):
+            raise LocalProtocolError(f"not a MessageTable: {table!r}")
+        if table in kept:
+            continue
+        for other in kept:
+            if other.layer == table.layer:
+                raise LocalProtocolError(f"two tables for layer {table.layer!r}")
+            if other.tags.start < table.tags.stop and table.tags.start < other.tags.stop:
+                raise LocalProtocolError(
+                    f"tag ranges overlap: {other.layer} {other.tags} and {table.layer} {table.tags}"
+                )
+        # Disjoint ranges and a table's own unique tags make every tag unique.
+        types.update((_tag_of(cls), cls) for cls in table.types)
+        kept.append(table)
+    if not kept:
+        raise LocalProtocolError("a codec needs at least one message table")
+    return tuple(kept), dict(sorted(types.items()))
 
 
 class Codec:
-    """Encoder and strict decoder over a fixed set of message types."""
+    """Encoder and strict decoder over the messages of a fixed set of ``MessageTable``s.
 
-    __slots__ = ("_classes", "_decoder", "_encode", "max_bytes", "raw_encode", "types")
+    Built once by whoever builds a stack (``codec_for``) and passed to the cores; it holds no
+    state that changes after construction."""
 
-    def __init__(self, types: dict[int, type[Message]], max_bytes: int = MAX_FRAME_BYTES) -> None:
-        if not types:
-            raise LocalProtocolError("a codec needs at least one message type")
-        self.types = dict(types)
-        self._classes = frozenset(self.types.values())
+    __slots__ = ("_classes", "_decoder", "_encode", "max_bytes", "raw_encode", "tables", "types")
+
+    def __init__(self, tables: Iterable[MessageTable], max_bytes: int = MAX_FRAME_BYTES) -> None:
+        merged, types = _merge(tables)
+        #: The tables this codec speaks, in the order given.
+        self.tables: tuple[MessageTable, ...] = merged
+        #: Message type by tag (read-only): also how counters name a payload by its tag.
+        self.types: Mapping[int, type[Message]] = MappingProxyType(types)
+        self._classes = frozenset(types.values())
         self.max_bytes = max_bytes
-        union: Any = Union[tuple(self.types.values())]  # noqa: UP007 - built at run time
+        union: Any = Union[tuple(types.values())]  # noqa: UP007 - built at run time
         self._decoder = msgspec.msgpack.Decoder(union)
         self._encode = msgspec.msgpack.Encoder().encode
         #: The bare encoder (no version byte, no checks): a frame is ``1 + len(raw_encode(m))``
         #: bytes, which is how the simulator charges every message without building the frame.
         self.raw_encode = self._encode
 
+    def __repr__(self) -> str:
+        return f"Codec({', '.join(t.layer for t in self.tables)})"
+
+    def speaks(self, table: MessageTable) -> bool:
+        """Whether ``table`` is one of this codec's tables."""
+        return table in self.tables
+
+    def require(self, table: MessageTable, who: str) -> None:
+        """``LocalProtocolError`` unless this codec speaks ``table``: a layer built on a stack
+        whose codec lacks its messages could neither send nor receive them."""
+        if table not in self.tables:
+            raise LocalProtocolError(
+                f"{who} needs a codec with the {table.layer} table; this one is {self!r}"
+            )
+
     def encode(self, msg: Message) -> bytes:
         if type(msg) not in self._classes:
-            raise LocalProtocolError(f"{type(msg).__name__} is not a registered wire message")
+            raise LocalProtocolError(f"{type(msg).__name__} is not a message of {self!r}")
         try:
             frame = b"\x01" + self._encode(msg)
         except (OverflowError, TypeError, ValueError) as exc:
@@ -139,7 +214,7 @@ class Codec:
 
     def size(self, msg: Message) -> int:
         """Encoded size in bytes, for the simulator's accounting (messages are built by our own
-        cores from registered types, so the checks of ``encode`` are skipped on this hot path)."""
+        cores from the codec's types, so the checks of ``encode`` are skipped on this hot path)."""
         return len(self.raw_encode(msg)) + 1
 
     def decode(self, frame: bytes | bytearray | memoryview) -> Message:
@@ -172,17 +247,26 @@ def payload_tag(payload: bytes) -> int | None:
     return payload[3] if tag == 0xCC and len(payload) > 3 else None
 
 
-def codec() -> Codec:
-    """The codec over every message registered so far (rebuilt when a layer registers more)."""
-    global _codec
-    if _codec is None:
-        _codec = Codec(_registry)
-    return _codec
+def codec_for(*tables: MessageTable, max_bytes: int = MAX_FRAME_BYTES) -> Codec:
+    """The codec of a stack that speaks ``tables`` (``LocalProtocolError`` if they clash)."""
+    return Codec(tables, max_bytes)
 
 
-def encode(msg: Message) -> bytes:
-    return codec().encode(msg)
-
-
-def decode(frame: bytes | bytearray | memoryview) -> Message:
-    return codec().decode(frame)
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "TAGS",
+    "U8",
+    "U16",
+    "U32",
+    "U63",
+    "WIRE_VERSION",
+    "Codec",
+    "Finite",
+    "Handle",
+    "Message",
+    "MessageTable",
+    "Payload",
+    "WireBytes",
+    "codec_for",
+    "payload_tag",
+]

@@ -20,7 +20,7 @@ from typing import Annotated
 
 import msgspec
 
-from rangecast.dht.wire import U8, U32, U63, Handle, Message, WireBytes, register
+from rangecast.dht.wire import U8, U32, U63, Handle, Message, MessageTable, WireBytes
 
 #: A topic name on the wire.
 TopicName = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
@@ -201,7 +201,8 @@ TOPIC_MESSAGES: tuple[type[Message], ...] = (
     TopicOffer,
 )
 
-register("multicast", *TOPIC_MESSAGES)
+#: The multicast layer's message table (tags 32-63; the LBDD topic mode's use 40-63).
+MULTICAST_TABLE = MessageTable("multicast", range(32, 64), TOPIC_MESSAGES)
 
 __all__ = [
     "MAX_EXTRA",
@@ -212,6 +213,7 @@ __all__ = [
     "MODE_LBDD",
     "MODE_LBDD_PAPER",
     "MODE_STAR",
+    "MULTICAST_TABLE",
     "TOPIC_MESSAGES",
     "TopicAck",
     "TopicBeat",

@@ -43,18 +43,20 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from rangecast.dht.core import Application, DhtCore
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.routing import Peer
-from rangecast.dht.wire import Message, codec
+from rangecast.dht.wire import Message, MessageTable
 from rangecast.multicast.flows import Sender
 from rangecast.multicast.messages import (
     MAX_SLICE_BYTES,
     MAX_SLICES,
     MODE_LBDD,
     MODES,
+    MULTICAST_TABLE,
     TOPIC_MESSAGES,
     TopicAck,
     TopicBeat,
@@ -99,12 +101,14 @@ class TopicNode(Application):
     def __init__(self, dht: DhtCore, rng: random.Random, config: TopicConfig | None = None) -> None:
         if not isinstance(rng, random.Random):
             raise LocalProtocolError("rng must be a seeded random.Random")
+        # The stack's codec, which its builder gave the DHT node: it must speak our messages.
+        dht.codec.require(MULTICAST_TABLE, "a TopicNode")
         self.dht = dht
         dht.app = self
         self.rng = rng
         self.cfg = config or TopicConfig()
         self.me = dht.me.addr
-        self._codec = codec()
+        self._codec = dht.codec
         ctx = self._ctx = TopicContext(dht, rng, self.cfg, self._codec)
         self.stats: TopicStats = ctx.stats
         members = self._members = Members(ctx)
@@ -348,6 +352,9 @@ class TopicPeer:
 
     __slots__ = ("dht", "take_events", "topic")
     take_events: Callable[[], list[TopicEvent]]
+    #: The tables this stack speaks: build its codec with ``codec_for(*TopicPeer.TABLES)`` and
+    #: the DHT node with that codec.
+    TABLES: ClassVar[tuple[MessageTable, ...]] = (DHT_TABLE, MULTICAST_TABLE)
 
     def __init__(self, dht: DhtCore, rng: random.Random, config: TopicConfig | None = None) -> None:
         self.dht = dht
@@ -362,7 +369,7 @@ class TopicPeer:
 
     def receive_frame(self, frame: bytes, src: bytes, now: float) -> None:
         try:
-            msg = codec().decode(frame)
+            msg = self.dht.codec.decode(frame)
         except WireError as exc:
             self.topic.stats.malformed += 1
             log.debug("dropped malformed frame from %r: %s", src, exc)

@@ -1,4 +1,4 @@
-"""The content-based overlay's wire messages (tags 64-127).
+"""The content-based overlay's wire messages (tags 64-95).
 
 The seven message types of the thesis (section 4.2.1) map onto these: ProbeSubMessage and
 InsertSubMessage are one ``ProbeSub`` (the home stores the subscription as soon as the probe finds
@@ -18,7 +18,7 @@ from typing import Annotated
 import msgspec
 
 from rangecast.dht.errors import LocalProtocolError
-from rangecast.dht.wire import U8, U63, Finite, Handle, Message, register
+from rangecast.dht.wire import U8, U63, Finite, Handle, Message, MessageTable
 
 U16 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFF)]
 U32 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFFFFFF)]
@@ -241,18 +241,22 @@ class ReplicaDrop(Message, tag=75, frozen=True):
     target: Ref
 
 
-register(
+#: The content-based overlay's message table.
+PUBSUB_TABLE = MessageTable(
     "pubsub",
-    ProbeSub,
-    InstallAck,
-    LeafUpdate,
-    TransferSub,
-    ProbePub,
-    EventDelivery,
-    ProbePubMulticast,
-    LbddDelivery,
-    DeliveryMulticast,
-    ReplicaPut,
-    ReplicaOp,
-    ReplicaDrop,
+    range(64, 96),
+    (
+        ProbeSub,
+        InstallAck,
+        LeafUpdate,
+        TransferSub,
+        ProbePub,
+        EventDelivery,
+        ProbePubMulticast,
+        LbddDelivery,
+        DeliveryMulticast,
+        ReplicaPut,
+        ReplicaOp,
+        ReplicaDrop,
+    ),
 )

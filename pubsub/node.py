@@ -44,7 +44,7 @@ from rangecast.dht.core import Application, DhtCore, State
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
 from rangecast.dht.routing import Peer
 from rangecast.dht.timers import TimerHeap
-from rangecast.dht.wire import Handle, Message, codec
+from rangecast.dht.wire import Handle, Message
 from rangecast.pubsub.base import (
     T_PARK,
     T_RECONCILE,
@@ -70,6 +70,7 @@ from rangecast.pubsub.events import (
 )
 from rangecast.pubsub.host import TreeHost
 from rangecast.pubsub.messages import (
+    PUBSUB_TABLE,
     DeliveryMulticast,
     EventDelivery,
     InstallAck,
@@ -106,6 +107,8 @@ class PubSubNode(Subscriber, Publisher, TreeHost, Replication, NodeBase, Applica
             raise LocalProtocolError(f"capacity must be >= 1, got {capacity}")
         if not isinstance(rng, random.Random):
             raise LocalProtocolError("rng must be a seeded random.Random")
+        # The stack's codec, which its builder gave the DHT node: it must speak our messages.
+        dht.codec.require(PUBSUB_TABLE, "a PubSubNode")
         self.dht = dht
         dht.app = self
         self.schemas = schemas
@@ -129,7 +132,7 @@ class PubSubNode(Subscriber, Publisher, TreeHost, Replication, NodeBase, Applica
         self._timer_heap = self._timers.heap
         self._replica_of = {}
         self._ready_at = -math.inf
-        self._codec = codec()
+        self._codec = dht.codec
         # The dissemination strategies, chosen once: the node calls their bound methods.
         self._prober = make_prober(self.cfg.probe, self)
         self._notifier = make_notifier(self.cfg.delivery, self)

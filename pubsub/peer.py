@@ -1,13 +1,20 @@
 """One peer's protocol stack: the Pastry node with the content-based overlay on top, presented
-to a driver (the simulator or the runtime) as a single sans-IO core."""
+to a driver (the simulator or the runtime) as a single sans-IO core.
+
+The stack speaks the DHT's messages and the overlay's (``OverlayPeer.TABLES``): its builder makes
+one codec of them (``codec_for(*OverlayPeer.TABLES)``) and builds the DHT node with it; the
+overlay encodes and decodes with the node's codec."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import ClassVar
 
 from rangecast.dht.core import DhtCore
-from rangecast.dht.wire import Message
+from rangecast.dht.messages import DHT_TABLE
+from rangecast.dht.wire import Message, MessageTable
+from rangecast.pubsub.messages import PUBSUB_TABLE
 from rangecast.pubsub.node import AppEvent, OverlayConfig, PubSubNode
 from rangecast.pubsub.schema import SchemaRegistry
 
@@ -20,6 +27,8 @@ class OverlayPeer:
     receive: Callable[[Message, bytes, float], None]
     take_messages: Callable[[], list[tuple[bytes, Message]]]
     take_events: Callable[[], list[AppEvent]]
+    #: The tables this stack speaks.
+    TABLES: ClassVar[tuple[MessageTable, ...]] = (DHT_TABLE, PUBSUB_TABLE)
 
     def __init__(
         self,

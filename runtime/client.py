@@ -29,6 +29,7 @@ import trio
 
 from rangecast.dht.errors import RangecastError, RemoteProtocolError
 from rangecast.dht.wire import Message
+from rangecast.pubsub.peer import OverlayPeer
 from rangecast.runtime.guard import FrameReader, FrameTooLarge, frame, wire_codec
 from rangecast.runtime.messages import (
     Done,
@@ -109,7 +110,8 @@ class Client:
         self.stream = stream
         #: Who we talk to, for error messages ("the peer at HOST:PORT").
         self.where = where
-        self._wire = wire_codec()
+        # Built once per client: the runtime's messages and the cores' (a peer's whole frames).
+        self._wire = wire_codec(*OverlayPeer.TABLES)
         self._req = 0
         self._waiting: dict[int, _Waiter] = {}
         self._subs: dict[int, ClientSubscription] = {}

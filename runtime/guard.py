@@ -37,9 +37,9 @@ from rangecast.dht.messages import (
     RowReply,
     RowRequest,
 )
-from rangecast.dht.wire import MAX_FRAME_BYTES, Codec, Message, codec, registered
+from rangecast.dht.wire import MAX_FRAME_BYTES, Codec, Message, MessageTable, codec_for
 from rangecast.runtime.identity import Identity, PeerAddress
-from rangecast.runtime.messages import Authed, Sealed, SessionAccept, SessionOpen
+from rangecast.runtime.messages import RUNTIME_TABLE, Authed, Sealed, SessionAccept, SessionOpen
 
 #: Largest frame on a connection: a core frame at the codec's limit plus the envelope.
 MAX_WIRE_FRAME = MAX_FRAME_BYTES + 1024
@@ -84,19 +84,12 @@ class FrameReader:
         return len(self._buf)
 
 
-_wire_codec: Codec | None = None
-_wire_types = 0
-
-
-def wire_codec() -> Codec:
-    """The codec for whole frames on a connection: every registered message, with room for the
-    envelope around a core frame at the core codec's limit."""
-    global _wire_codec, _wire_types
-    types = registered()
-    if _wire_codec is None or len(types) != _wire_types:
-        _wire_codec = Codec(types, max_bytes=MAX_WIRE_FRAME)
-        _wire_types = len(types)
-    return _wire_codec
+def wire_codec(*core_tables: MessageTable) -> Codec:
+    """The codec for whole frames on a connection: the runtime's messages and those of the
+    cores' ``core_tables`` (the stack a peer runs), with room for the envelope around a core
+    frame at the core codec's limit. A peer or client builds it once and passes it to what
+    encodes or decodes its frames (``Gate``, sessions, client sessions)."""
+    return codec_for(*core_tables, RUNTIME_TABLE, max_bytes=MAX_WIRE_FRAME)
 
 
 def frame(payload: bytes) -> bytes:
@@ -191,16 +184,16 @@ def signed_bytes(key: bytes, src: bytes, dst: bytes, epoch: int, seq: int, body:
 
 
 class Sealer:
-    """Signs this peer's outgoing core frames."""
+    """Signs this peer's outgoing core frames (``wire``: the peer's ``wire_codec``)."""
 
     __slots__ = ("_codec", "epoch", "identity", "seq", "src")
 
-    def __init__(self, identity: Identity, src: bytes, epoch: int) -> None:
+    def __init__(self, identity: Identity, src: bytes, epoch: int, wire: Codec) -> None:
         self.identity = identity
         self.src = src
         self.epoch = epoch
         self.seq = 0
-        self._codec = wire_codec()
+        self._codec = wire
 
     def seal(self, dst: bytes, body: bytes) -> bytes:
         """One envelope frame (without the length prefix) carrying the encoded ``body``."""
@@ -226,8 +219,6 @@ _SENDER_FIELD: dict[type[Message], str] = {
     Leave: "sender",
 }
 
-_CORE_LAYER_END = 128
-
 
 class Gate:
     """Checks incoming envelopes for one peer: destination, key-id binding, signature, the
@@ -236,7 +227,11 @@ class Gate:
     The per-sender rate limit complements the per-connection one: a peer that spreads a flood
     over many connections is still one signer. It applies after the signature (so nobody can
     spend another peer's allowance) and before the replay window (so a dropped frame leaves no
-    trace)."""
+    trace).
+
+    ``wire``: the peer's ``wire_codec``. A body is decoded with it, so that an envelope inside
+    an envelope is named for what it is; a core message is one of the cores' tables (any of the
+    codec's but the runtime's)."""
 
     __slots__ = (
         "_buckets",
@@ -256,6 +251,7 @@ class Gate:
         rejections: Rejections,
         replay: ReplayWindow | None = None,
         *,
+        wire: Codec,
         rate_per_s: float = 20_000.0,
         burst: float = 40_000.0,
     ):
@@ -265,9 +261,9 @@ class Gate:
         self.rate = rate_per_s
         self.burst = burst
         self._buckets: OrderedDict[bytes, TokenBucket] = OrderedDict()
-        self._codec: Codec = codec()
+        self._codec = wire
         self.core_types = frozenset(
-            cls for tag, cls in registered().items() if tag < _CORE_LAYER_END
+            cls for table in wire.tables if table is not RUNTIME_TABLE for cls in table.types
         )
         self._keys: OrderedDict[bytes, Ed25519PublicKey] = OrderedDict()
 
@@ -364,7 +360,7 @@ class Gate:
         eph = X25519PrivateKey.generate()
         mine = eph.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         accept = _accept_bytes(identity.public_key, self.addr, msg.src, mine, opened)
-        reply = wire_codec().encode(
+        reply = self._codec.encode(
             SessionAccept(identity.public_key, self.addr, msg.src, mine, identity.sign(accept))
         )
         try:
@@ -468,14 +464,14 @@ class InSession:
 
 
 class OutSession:
-    """The sending end of an authenticated link."""
+    """The sending end of an authenticated link (``wire``: the peer's ``wire_codec``)."""
 
     __slots__ = ("_codec", "_key", "_n")
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, wire: Codec) -> None:
         self._key = key
         self._n = 0
-        self._codec = wire_codec()
+        self._codec = wire
 
     def wrap(self, body: bytes) -> bytes:
         """One ``Authed`` frame (without the length prefix) carrying the encoded ``body``."""
@@ -485,16 +481,17 @@ class OutSession:
 
 class SessionInitiator:
     """The opening side of a link's handshake: ``open_frame`` goes first; ``finish`` checks
-    the answer and returns the session to send with."""
+    the answer and returns the session to send with (``wire``: the peer's ``wire_codec``)."""
 
-    __slots__ = ("_eph", "_opened", "dst", "open_frame")
+    __slots__ = ("_eph", "_opened", "_wire", "dst", "open_frame")
 
-    def __init__(self, identity: Identity, src: bytes, dst: bytes) -> None:
+    def __init__(self, identity: Identity, src: bytes, dst: bytes, wire: Codec) -> None:
         self._eph = X25519PrivateKey.generate()
+        self._wire = wire
         self.dst = dst
         eph = self._eph.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         self._opened = _open_bytes(identity.public_key, src, dst, eph)
-        self.open_frame = wire_codec().encode(
+        self.open_frame = wire.encode(
             SessionOpen(identity.public_key, src, dst, eph, identity.sign(self._opened))
         )
 
@@ -516,7 +513,7 @@ class SessionInitiator:
             shared = self._eph.exchange(X25519PublicKey.from_public_bytes(msg.eph))
         except (InvalidSignature, ValueError):
             raise RemoteProtocolError("bad session acceptance") from None
-        return OutSession(_session_key(shared, self._opened, accepted))
+        return OutSession(_session_key(shared, self._opened, accepted), self._wire)
 
 
 __all__ = [

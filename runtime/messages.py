@@ -14,7 +14,7 @@ from typing import Annotated
 
 import msgspec
 
-from rangecast.dht.wire import U32, U63, Finite, Message, Payload, WireBytes, register
+from rangecast.dht.wire import U32, U63, Finite, Message, MessageTable, Payload, WireBytes
 
 Key = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
 Signature = Annotated[bytes, msgspec.Meta(max_length=64)]
@@ -149,21 +149,25 @@ class Authed(Message, tag=142, frozen=True):
     tag: Annotated[bytes, msgspec.Meta(min_length=16, max_length=16)]
 
 
-register(
+#: The runtime's message table: sessions, envelopes and the client API.
+RUNTIME_TABLE = MessageTable(
     "runtime",
-    Sealed,
-    Hello,
-    HelloReply,
-    SubscribeRequest,
-    SubscribeReply,
-    Notification,
-    UnsubscribeRequest,
-    PublishRequest,
-    PublishReply,
-    StatusRequest,
-    StatusReply,
-    Done,
-    SessionOpen,
-    SessionAccept,
-    Authed,
+    range(128, 256),
+    (
+        Sealed,
+        Hello,
+        HelloReply,
+        SubscribeRequest,
+        SubscribeReply,
+        Notification,
+        UnsubscribeRequest,
+        PublishRequest,
+        PublishReply,
+        StatusRequest,
+        StatusReply,
+        Done,
+        SessionOpen,
+        SessionAccept,
+        Authed,
+    ),
 )

@@ -53,7 +53,7 @@ from rangecast.dht.kademlia import KademliaConfig, KademliaNode
 from rangecast.dht.node import PastryConfig, State
 from rangecast.dht.routing import Peer
 from rangecast.dht.substrate import DHTS, DhtConfig, DhtNode, make_dht, substrate
-from rangecast.dht.wire import Message, codec
+from rangecast.dht.wire import Message, codec_for
 from rangecast.pubsub.node import (
     EventDelivered,
     OverlayConfig,
@@ -301,8 +301,10 @@ class PeerRuntime:
         #: Set when ``run`` has returned (after a graceful leave or a crash).
         self.stopped = trio.Event()
         self._nursery: trio.Nursery | None = None
-        self._codec = codec()
-        self._wire = wire_codec()
+        # The stack's codecs, built once: the cores' (the overlay on the DHT), and the one for
+        # whole frames on a connection (the cores' tables and the runtime's).
+        self._codec = codec_for(*OverlayPeer.TABLES)
+        self._wire = wire_codec(*OverlayPeer.TABLES)
         #: Bugs met while handling one input (logged with their traceback); the peer went on.
         self.internal_errors = 0
         self.save_failures = 0
@@ -352,7 +354,11 @@ class PeerRuntime:
         addr = self.address.to_bytes()
         self._fresh_core()
         self._gate = Gate(
-            addr, self.rejections, rate_per_s=self.cfg.rate_per_s, burst=self.cfg.burst
+            addr,
+            self.rejections,
+            wire=self._wire,
+            rate_per_s=self.cfg.rate_per_s,
+            burst=self.cfg.burst,
         )
         self._started = trio.current_time()
         try:
@@ -400,6 +406,7 @@ class PeerRuntime:
             self.identity.int_id,
             self.addr,
             self.rng,
+            codec=self._codec,
             config=self.cfg.dht_config,
             proximity=self._rtt,
         )
@@ -808,7 +815,7 @@ class PeerRuntime:
 
     async def _handshake(self, link: _Link, stream: trio.SocketStream) -> OutSession:
         """Open an authenticated session on a fresh link (one round trip)."""
-        init = SessionInitiator(self.identity, self.addr, link.addr.to_bytes())
+        init = SessionInitiator(self.identity, self.addr, link.addr.to_bytes(), self._wire)
         await stream.send_all(frame(init.open_frame))
         raw = await read_frame(stream, FrameReader())
         try:
@@ -922,7 +929,7 @@ class PeerRuntime:
                             continue
                         # Anything else is the client API; the connection becomes a session.
                         if session is None:
-                            session = ClientSession(self, stream)
+                            session = ClientSession(self, stream, self._wire)
                             session.start(conn_nursery)
                         session.request(msg)
                 conn_nursery.cancel_scope.cancel()
@@ -1090,11 +1097,18 @@ class PeerRuntime:
 
 
 class _Unopened(OutSession):
+    """A link's session before its handshake: it has no key and no codec, as it never sends."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        pass
+
     def wrap(self, body: bytes) -> bytes:
         raise AssertionError("a link sends only after its handshake")
 
 
-_NO_SESSION: OutSession = _Unopened(b"")
+_NO_SESSION: OutSession = _Unopened()
 
 
 async def _aclose_quietly(stream: trio.abc.AsyncResource) -> None:
@@ -1125,15 +1139,16 @@ async def read_frame(stream: trio.abc.ReceiveStream, reader: FrameReader) -> byt
 
 async def hello_peer(host: str, port: int, timeout_s: float = 3.0) -> HelloReply:
     """Ask the peer at ``host:port`` who it is; checks that its address embeds its key's id."""
+    wire = wire_codec(*OverlayPeer.TABLES)
     with trio.fail_after(timeout_s):
         stream = await trio.open_tcp_stream(host, port)
         try:
-            await _send_frame(stream, wire_codec().encode(Hello()))
+            await _send_frame(stream, wire.encode(Hello()))
             raw = await read_frame(stream, FrameReader())
         finally:
             await _aclose_quietly(stream)
     try:
-        reply = wire_codec().decode(raw)
+        reply = wire.decode(raw)
     except WireError as exc:
         raise RemoteProtocolError(f"bad hello reply: {exc}") from None
     if not isinstance(reply, HelloReply):

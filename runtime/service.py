@@ -16,11 +16,11 @@ from typing import Any, Protocol
 import trio
 
 from rangecast.dht.errors import LocalProtocolError
-from rangecast.dht.wire import Message
+from rangecast.dht.wire import Codec, Message
 from rangecast.pubsub.node import EventDelivered
 from rangecast.pubsub.schema import SchemaError, SchemaRegistry
 from rangecast.pubsub.subscription import Subscription, parse_subscription
-from rangecast.runtime.guard import Rejections, frame, wire_codec
+from rangecast.runtime.guard import Rejections, frame
 from rangecast.runtime.messages import (
     Done,
     Hello,
@@ -69,7 +69,8 @@ class Owner:
 
 
 class ClientSession(Owner):
-    def __init__(self, peer: PeerApi, stream: trio.SocketStream) -> None:
+    def __init__(self, peer: PeerApi, stream: trio.SocketStream, wire: Codec) -> None:
+        """``wire``: the peer's ``wire_codec``, which the session's replies are encoded with."""
         self.peer = peer
         self.stream = stream
         self.tx, self.rx = trio.open_memory_channel[bytes](CLIENT_QUEUE)
@@ -78,7 +79,7 @@ class ClientSession(Owner):
         self._unsubscribing: dict[int, int] = {}
         self._early: set[int] = set()
         self._attrs: dict[str, list[str]] = {}
-        self._wire = wire_codec()
+        self._wire = wire
         self._dead = False
 
     def start(self, nursery: trio.Nursery) -> None:

@@ -202,6 +202,7 @@ class ChurnBase(Scenario[ChurnParams, ChurnResult]):
 
     name = "churn"
     reportable = False
+    tables = OverlayPeer.TABLES
     params_type = ChurnParams
 
     def setup(self) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.pubsub.base import OverlayConfig
+from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
 from rangecast.sim.churn_experiment import Receipts, lost_subscriptions
 from rangecast.sim.options import positive_float
@@ -65,6 +66,7 @@ class CrashRootResult(SubstrateResult):
 
 class CrashRoot(Scenario[CrashRootParams, CrashRootResult]):
     name = "crash-root"
+    tables = OverlayPeer.TABLES
     command = ("run", "crash-root")
     help = "crash the peer hosting the busiest tree node mid-run; check every delivery"
     params_type = CrashRootParams

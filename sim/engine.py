@@ -14,7 +14,8 @@ event, matching the cores' three inputs:
 After every input the engine *flushes* the node: it takes the messages the core emitted and puts
 each on the network, and (re)arms the node's single timer from ``core.get_timer()``.
 
-The network charges each message its real encoded size (the same codec the runtime sends), delays
+The network charges each message its real encoded size (the codec the driver gives the engine, the
+one the run's stack speaks, encodes the same bytes the runtime sends), delays
 it by the latency model's one-way delay, optionally drops it (``loss``) and, when per-host uplink
 capacities are set, serialises it behind the host's earlier messages (FIFO), so that large
 transfers queue as they would on a real access link. Messages to a crashed node vanish, as on a
@@ -36,7 +37,7 @@ from typing import Any, Protocol
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.messages import Direct, Route
-from rangecast.dht.wire import Message, codec, payload_tag, registered
+from rangecast.dht.wire import Codec, Message, payload_tag
 from rangecast.sim.latency import LatencyModel
 
 _MSG, _TIMER, _CALL = 0, 1, 2
@@ -121,6 +122,7 @@ class Simulator:
         latency: LatencyModel,
         net_rng: random.Random,
         *,
+        codec: Codec,
         loss: float = 0.0,
         progress: Callable[[Simulator], None] | None = None,
         progress_every_s: float = 0.5,
@@ -150,7 +152,11 @@ class Simulator:
         #: payload (a routed ``Route``, a ``Direct``), the type of the payload, so that bytes are
         #: charged to what the application sent (routing headers included).
         self._type_counts: dict[Any, TypeCount] = {}
-        self._encode = codec().raw_encode
+        #: The codec of the run's stack (``codec_for(*tables)``, built by the driver): the nodes
+        #: of a ``SimNetwork`` are built with it, messages are charged its encoded size, and a
+        #: routed payload's tag is named by its tables.
+        self.codec = codec
+        self._encode = codec.raw_encode
         #: The flush closure (``_make_flush``), rebuilt when a hook or an uplink changes.
         self._flush_fn: Callable[[int], None] | None = None
         self._on_events: Callable[[int, list[Any]], None] | None = None
@@ -296,7 +302,7 @@ class Simulator:
 
     def _new_count(self, kind: Any) -> TypeCount:
         if isinstance(kind, int):
-            cls = registered().get(kind)
+            cls = self.codec.types.get(kind)
             name = cls.__name__ if cls is not None else f"payload#{kind}"
         else:
             name = kind.__name__

@@ -375,6 +375,7 @@ class Lbdd(Scenario[LbddParams, LbddResult]):
 
     name = "lbdd"
     command = ("lbdd",)
+    tables = TopicPeer.TABLES
     help = "LBDD topic dissemination over the DHT, against point-to-point"
     params_type = LbddParams
 

@@ -80,7 +80,12 @@ def dht_fields(dht: str, lookup: str, root_cache: int = ROOT_CACHE) -> dict[str,
 
 
 class SimNetwork:
-    """The DHT nodes of one simulated run (Pastry unless ``config`` is a ``KademliaConfig``)."""
+    """The DHT nodes of one simulated run (Pastry unless ``config`` is a ``KademliaConfig``).
+
+    Every node is built through its substrate's descriptor with the run's one codec, the one the
+    experiment gave the simulator (``sim.codec``): it must speak what the cores ``core_factory``
+    stacks on the nodes send (``codec_for(*OverlayPeer.TABLES)`` for the pub/sub stack), which
+    those cores check when they are built."""
 
     def __init__(
         self,
@@ -93,6 +98,8 @@ class SimNetwork:
     ) -> None:
         self.sim = sim
         self.seed = seed
+        #: The codec of the run's stack, shared by every node (and the engine).
+        self.codec = sim.codec
         self.cfg = config or PastryConfig()
         self.substrate = substrate_of(self.cfg)
         self.space: IdSpace = self.cfg.space
@@ -126,6 +133,7 @@ class SimNetwork:
                 ident,
                 addr,
                 node_stream(self.seed, ident),
+                codec=self.codec,
                 config=self.cfg,
                 proximity=_RttTo(i, self.sim.latency, self.sim.index_of),
                 app=app,

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.messages import Direct, Route
-from rangecast.dht.wire import Message, codec
+from rangecast.dht.wire import Codec, Message
 from rangecast.sim.outputs import ensure_writable_dir
 
 FORMAT = "rangecast-run-log"
@@ -92,12 +92,13 @@ def _ids(msg: Message) -> tuple[int, int]:
 
 
 class MessageLog:
-    """``messages.parquet``, written in row groups while the run goes."""
+    """``messages.parquet``, written in row groups while the run goes. ``codec``: the run's
+    (``sim.codec``), which reads the event and subscription ids out of routed payloads."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, codec: Codec) -> None:
         self._path = path
         self._writer = pq.ParquetWriter(path, MESSAGES_SCHEMA, compression="zstd")
-        self._decode = codec().decode
+        self._decode = codec.decode
         self._types: dict[str, int] = {}
         self._type_names: list[str] = []
         self._payload_ids: dict[bytes, tuple[int, int]] = {}

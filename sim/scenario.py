@@ -28,7 +28,9 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.node import PastryNode
+from rangecast.dht.wire import MessageTable, codec_for
 from rangecast.multicast.topic import TopicConfig, TopicPeer
 from rangecast.pubsub.base import OverlayConfig
 from rangecast.pubsub.peer import OverlayPeer
@@ -340,18 +342,22 @@ class Scenario(Generic[P, R]):
         self.sim = self.simulator()
         self.messages_log = None
         if self.out_dir is not None:
-            self.messages_log = runlog.MessageLog(self.out_dir / "messages.parquet")
+            self.messages_log = runlog.MessageLog(self.out_dir / "messages.parquet", self.sim.codec)
             self.sim.message_log = self.messages_log.record
         self.net = SimNetwork(self.sim, p.seed, config=self.dht_config(), **self.stack())
         self.bootstrap()
 
     #: The engine; a scenario may use a subclass (lbdd's gives hosts random addresses).
     simulator_type: ClassVar[type[Simulator]] = Simulator
+    #: The message tables of the stack every node runs: the engine's one codec is built from
+    #: them (explicit wiring, docs/wire.md); a core refuses a codec that lacks its table.
+    tables: ClassVar[tuple[MessageTable, ...]] = (DHT_TABLE,)
 
     def simulator(self) -> Simulator:
         return self.simulator_type(
             self.model,
             self.stream("network"),
+            codec=codec_for(*self.tables),
             progress=self.say.engine_hook,
             **self.simulator_options(),
         )

@@ -620,6 +620,7 @@ class Thesis(Scenario[ThesisParams, ThesisResult]):
     the run's live state by name (``bench/memory.py`` measures where the memory goes)."""
 
     name = "thesis"
+    tables = OverlayPeer.TABLES
     command = ("run", "thesis")
     help = "the thesis' evaluation workload, every delivery checked by a brute-force oracle"
     params_type = ThesisParams

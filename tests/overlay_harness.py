@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rangecast.dht.node import PastryConfig
+from rangecast.dht.wire import codec_for
 from rangecast.pubsub.messages import Pred, StoredSub
 from rangecast.pubsub.node import (
     EventDelivered,
@@ -71,7 +72,11 @@ class Net:
         self.config = config or OverlayConfig()
         self.registry = SchemaRegistry()
         self.registry.add(schema)
-        self.sim = Simulator(SyntheticLatency(seed, sites=sites), stream(seed, "network"))
+        self.sim = Simulator(
+            SyntheticLatency(seed, sites=sites),
+            stream(seed, "network"),
+            codec=codec_for(*OverlayPeer.TABLES),
+        )
         cap_rng = stream(seed, "capacity")
         proto_rng = stream(seed, "overlay")
         self.capacities: list[int] = []

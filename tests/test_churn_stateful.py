@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from rangecast.dht.kademlia import KademliaConfig
 from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.dht.wire import codec_for
 from rangecast.pubsub.node import (
     EventDelivered,
     OverlayConfig,
@@ -45,7 +46,11 @@ class ChurnMachine(RuleBasedStateMachine):
         self.rng = random.Random(seed)
         self.workload = Workload(THESIS_SCHEMA, THESIS_WORKLOAD, random.Random(seed + 1))
         registry = SchemaRegistry((THESIS_SCHEMA,))
-        self.sim = Simulator(SyntheticLatency(seed, sites=32), stream(seed, "network"))
+        self.sim = Simulator(
+            SyntheticLatency(seed, sites=32),
+            stream(seed, "network"),
+            codec=codec_for(*OverlayPeer.TABLES),
+        )
         cfg = OverlayConfig(replicas=3)
         proto = stream(seed, "overlay")
 

@@ -9,15 +9,18 @@ import random
 import pytest
 
 from rangecast.dht.kademlia import KademliaConfig, KademliaNode
-from rangecast.dht.messages import Ping
+from rangecast.dht.messages import DHT_TABLE, Ping
 from rangecast.dht.node import PastryConfig, PastryNode
 from rangecast.dht.routing import Peer
+from rangecast.dht.wire import codec_for
 
 A, B = b"\x0a\x00\x00\x01\x0f\xa0", b"\x0a\x00\x00\x02\x0f\xa0"
 
 
 def _pair() -> tuple[PastryNode, Peer]:
-    node = PastryNode(1 << 100, A, random.Random(1), config=PastryConfig())
+    node = PastryNode(
+        1 << 100, A, random.Random(1), config=PastryConfig(), codec=codec_for(DHT_TABLE)
+    )
     node.start_alone(0.0)
     other = Peer.make(node.space, 1 << 101, B)
     node.receive(Ping(other.handle), B, 0.0)  # a neighbour, heard at t = 0
@@ -64,7 +67,9 @@ def test_no_gap_changes_nothing(gap: float) -> None:
 
 
 def test_kademlia_moves_its_deadlines_on_too() -> None:
-    node = KademliaNode(1 << 100, A, random.Random(1), config=KademliaConfig())
+    node = KademliaNode(
+        1 << 100, A, random.Random(1), config=KademliaConfig(), codec=codec_for(DHT_TABLE)
+    )
     node.start_alone(0.0)
     before = node.get_timer()
     assert before is not None

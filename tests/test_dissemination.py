@@ -11,7 +11,7 @@ import pytest
 from rangecast.dht.messages import Direct, Ping
 from rangecast.dht.node import PastryConfig, PastryNode
 from rangecast.dht.routing import Peer
-from rangecast.dht.wire import Message, codec
+from rangecast.dht.wire import Message, codec_for
 from rangecast.pubsub.dissemination import (
     LbddNotifier,
     MulticastNotifier,
@@ -28,6 +28,7 @@ from rangecast.pubsub.messages import (
     StoredSub,
 )
 from rangecast.pubsub.node import EventDelivered, OverlayConfig, PubSubNode
+from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
 from rangecast.pubsub.subscription import parse_subscription
 
@@ -38,7 +39,7 @@ def _node(config: OverlayConfig, neighbours: int = 0) -> tuple[PastryNode, PubSu
     registry = SchemaRegistry()
     registry.add(THESIS_SCHEMA)
     rng = random.Random(3)
-    dht = PastryNode(1 << 100, ME, rng, config=PastryConfig())
+    dht = PastryNode(1 << 100, ME, rng, config=PastryConfig(), codec=codec_for(*OverlayPeer.TABLES))
     overlay = PubSubNode(dht, registry, capacity=4, rng=rng, config=config)
     dht.start_alone(0.0)
     for i in range(neighbours):  # peers heard from: in the leaf set
@@ -62,7 +63,7 @@ def _sent(dht: PastryNode) -> list[tuple[bytes, Message]]:
     out = []
     for addr, msg in dht.take_messages():
         assert isinstance(msg, Direct)
-        out.append((addr, codec().decode(msg.payload)))
+        out.append((addr, dht.codec.decode(msg.payload)))
     return out
 
 

@@ -11,12 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rangecast.dht.errors import LocalProtocolError
-from rangecast.dht.messages import Direct
-from rangecast.dht.wire import Handle, Message, codec
+from rangecast.dht.messages import DHT_TABLE, Direct
+from rangecast.dht.wire import Handle, Message, codec_for
 from rangecast.sim.engine import Simulator
 from rangecast.sim.latency import LatencyModel
 
 ONE_WAY_MS = 10.0
+
+CODEC = codec_for(DHT_TABLE)
 
 
 class FixedLatency(LatencyModel):
@@ -68,7 +70,7 @@ class Host:
 
 
 def network(n: int) -> tuple[Simulator, list[Host]]:
-    sim = Simulator(FixedLatency(), random.Random(0))
+    sim = Simulator(FixedLatency(), random.Random(0), codec=CODEC)
     sim.add_nodes(n, random.Random(0))
     hosts = [Host() for _ in range(n)]
     for i, h in enumerate(hosts):
@@ -96,7 +98,7 @@ def test_messages_leave_one_after_another_at_the_uplink_rate(sizes: list[int], m
     sim.set_uplink(0, mbps * 1e6)
     send(sim, hosts, 0, 1, sizes)
     sim.run()
-    size = codec().size
+    size = CODEC.size
     wire = [size(direct(s)) for s in sizes]
     expect = []
     t = 0.0
@@ -111,12 +113,12 @@ def test_messages_leave_one_after_another_at_the_uplink_rate(sizes: list[int], m
 def test_a_later_message_queues_behind_the_earlier_ones_and_an_idle_link_does_not():
     sim, hosts = network(3)
     sim.set_uplink(0, 8e6)  # 1 MB/s
-    size = codec().size(direct(999_000))
+    size = CODEC.size(direct(999_000))
     send(sim, hosts, 0, 1, [999_000])  # busy for size/1e6 seconds
     sim.call_at(0.1, lambda: send(sim, hosts, 0, 2, [0]))
     sim.call_at(0.1, lambda: send(sim, hosts, 1, 2, [0]))  # host 1: unlimited uplink
     sim.run()
-    small = codec().size(direct(0))
+    small = CODEC.size(direct(0))
     first, second = sorted(hosts[2].arrivals)
     assert first[0] == pytest.approx(0.1 + ONE_WAY_MS / 1000)  # host 1 is not held up
     assert second[0] == pytest.approx((size + small) / 1e6 + ONE_WAY_MS / 1000)

@@ -17,16 +17,18 @@ from hypothesis import strategies as st
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.ids import IdSpace
 from rangecast.dht.kademlia import BucketTable, KademliaConfig, KademliaNode
-from rangecast.dht.messages import FindNode, FoundNodes
+from rangecast.dht.messages import DHT_TABLE, FindNode, FoundNodes
 from rangecast.dht.node import Application, State
 from rangecast.dht.routing import Peer
-from rangecast.dht.wire import Handle, codec
+from rangecast.dht.wire import Handle, codec_for
 from rangecast.sim.network import RootOracle, dht_config
 from rangecast.sim.route_experiment import WALL_FIELDS, RouteParams, run_route
 from rangecast.sim.thesis_experiment import ThesisParams, run_thesis
 
 SPACE = IdSpace(bits=32, b=4)
 ids32 = st.integers(min_value=0, max_value=(1 << 32) - 1)
+
+CODEC = codec_for(DHT_TABLE)
 
 
 def _peer(i: int) -> Peer:
@@ -125,7 +127,7 @@ def test_bad_options_are_refused_with_a_clear_error() -> None:
 
 def test_forged_and_malformed_lookup_messages_are_counted_not_raised() -> None:
     space = IdSpace()
-    node = KademliaNode(5, b"me", random.Random(1), app=Application())
+    node = KademliaNode(5, b"me", random.Random(1), app=Application(), codec=CODEC)
     node.start_alone(0.0)
     good = Handle(space.to_bytes(7), b"there")
     # Wrong id length, a sender field naming another address, an unknown lookup.
@@ -137,8 +139,8 @@ def test_forged_and_malformed_lookup_messages_are_counted_not_raised() -> None:
     node.receive(FoundNodes(3, good, []), b"there", 0.0)  # an answer to nothing: ignored
     assert node.state is State.READY
     assert [p.id for p in node.known_peers()] == [7]  # the one genuine sender
-    frame = codec().encode(FoundNodes(4, good, [good] * 3))
-    assert isinstance(codec().decode(frame), FoundNodes)
+    frame = CODEC.encode(FoundNodes(4, good, [good] * 3))
+    assert isinstance(CODEC.decode(frame), FoundNodes)
 
 
 @pytest.mark.parametrize(
@@ -198,7 +200,9 @@ class _Net:
             ) -> None:
                 net.got.append((key, p.id))
 
-        return KademliaNode(p.id, p.addr, random.Random(p.id), config=self.cfg, app=App())
+        return KademliaNode(
+            p.id, p.addr, random.Random(p.id), config=self.cfg, app=App(), codec=CODEC
+        )
 
     def pump(self) -> int:
         """Deliver every message until the network is quiet; how many ``FindNode`` were sent."""

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from rangecast.dht.errors import WireError
 from rangecast.dht.ids import DEFAULT_SPACE
 from rangecast.dht.node import PastryConfig, PastryNode
-from rangecast.dht.wire import Handle, Message, codec
+from rangecast.dht.wire import Handle, Message, codec_for
 from rangecast.multicast.lbdd import SOURCE, build_tree, check_views
 from rangecast.multicast.messages import (
     MODE_LBDD,
@@ -59,6 +59,8 @@ from rangecast.sim.streams import stream
 TOPIC = "news"
 EXAMPLES = settings().max_examples
 
+CODEC = codec_for(*TopicPeer.TABLES)
+
 
 @dataclass
 class Published:
@@ -75,7 +77,7 @@ class TopicNet:
     """A simulated overlay of ``TopicPeer`` cores, with every application event recorded."""
 
     def __init__(self, n: int, seed: int, *, uplink_bps: float | None = None) -> None:
-        self.sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
+        self.sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"), codec=CODEC)
         rng = stream(seed, "topic")
         cfg = TopicConfig(slice_bytes=512, send_budget_slices=16)
         self.overlay = SimNetwork(
@@ -348,7 +350,7 @@ def test_rendezvous_hands_over_to_a_closer_new_node() -> None:
     """A node that joins the DHT closer to the topic's key becomes its root: the old rendezvous
     hands the lists over and the members follow the new one."""
     n = 10
-    sim = Simulator(SyntheticLatency(5, sites=64), stream(5, "network"))
+    sim = Simulator(SyntheticLatency(5, sites=64), stream(5, "network"), codec=CODEC)
     rng = stream(5, "topic")
     overlay = SimNetwork(
         sim, 5, config=PastryConfig(), core_factory=lambda i, node: TopicPeer(node, rng)
@@ -458,7 +460,9 @@ def _messages(self_addr: bytes, topic_pid: int) -> st.SearchStrategy[Message]:
 
 
 def _lone_peer() -> TopicPeer:
-    node = PastryNode(DEFAULT_SPACE.hash_key("lone"), b"\x01\x02\x03\x04\x0f\xa0", stream(1, "p"))
+    node = PastryNode(
+        DEFAULT_SPACE.hash_key("lone"), b"\x01\x02\x03\x04\x0f\xa0", stream(1, "p"), codec=CODEC
+    )
     peer = TopicPeer(node, stream(1, "t"), TopicConfig(slice_bytes=16))
     node.start_alone(0.0)
     peer.topic.join(TOPIC, 0.0)  # it is the root: the rendezvous and the only member
@@ -474,10 +478,10 @@ def test_malformed_messages_never_raise_out_of_the_core(data: st.DataObject) -> 
     for _ in range(data.draw(st.integers(1, 12))):
         msg = data.draw(_messages(peer.dht.me.addr, pid))
         try:
-            frame = codec().encode(msg)
+            frame = CODEC.encode(msg)
         except Exception:  # the codec refuses to build it: it could not be on the wire
             continue
-        msg = codec().decode(frame)  # what a real peer would see
+        msg = CODEC.decode(frame)  # what a real peer would see
         src = data.draw(st.sampled_from([b"\x09\x09\x09\x09\x0f\xa0", peer.dht.me.addr]))
         if isinstance(msg, (TopicJoin, TopicLeave, TopicHandoff)) and data.draw(st.booleans()):
             key = data.draw(st.sampled_from([topic_key(peer.dht, msg.topic), 0]))
@@ -497,7 +501,7 @@ def test_malformed_messages_never_raise_out_of_the_core(data: st.DataObject) -> 
 def test_garbage_and_truncated_frames_raise_only_wire_error(data: st.DataObject) -> None:
     msg = data.draw(_messages(b"\x01\x02\x03\x04\x0f\xa0", 5))
     try:
-        frame = codec().encode(msg)
+        frame = CODEC.encode(msg)
     except Exception:
         return
     cut = data.draw(st.integers(0, len(frame) - 1))
@@ -507,10 +511,10 @@ def test_garbage_and_truncated_frames_raise_only_wire_error(data: st.DataObject)
         data.draw(st.binary(max_size=64)),
     ):
         with contextlib.suppress(WireError):
-            codec().decode(bad)
+            CODEC.decode(bad)
     # Truncation of a whole frame is always an error, never a different message.
     try:
-        codec().decode(frame[:cut])
+        CODEC.decode(frame[:cut])
         raise AssertionError("a truncated frame decoded")
     except WireError:
         pass

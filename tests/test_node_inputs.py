@@ -16,6 +16,7 @@ from rangecast.cli import main as cli
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.ids import DEFAULT_SPACE
 from rangecast.dht.messages import (
+    DHT_TABLE,
     Announce,
     Direct,
     JoinReply,
@@ -32,24 +33,33 @@ from rangecast.dht.messages import (
 )
 from rangecast.dht.node import PastryConfig, PastryNode, State
 from rangecast.dht.routing import Peer
-from rangecast.dht.wire import Handle, Message, WireError, codec, decode, encode, registered
+from rangecast.dht.wire import Handle, Message, WireError, codec_for
+from rangecast.multicast.topic import TopicNode, TopicPeer
+from rangecast.pubsub.messages import InstallAck
+from rangecast.pubsub.node import PubSubNode
+from rangecast.pubsub.peer import OverlayPeer
+from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
 from rangecast.sim.engine import Simulator
 from rangecast.sim.latency import SyntheticLatency
 from rangecast.sim.network import RootOracle, SimNetwork
 from rangecast.sim.route_experiment import WALL_FIELDS, RouteParams, run_route
 from rangecast.sim.streams import stream
 
+#: The bare DHT's codec: its own table only.
+CODEC = codec_for(DHT_TABLE)
+encode = CODEC.encode
+decode = CODEC.decode
 _BASE_EXAMPLES = settings().max_examples
 ADDR = b"\x0a\x00\x00\x01\x0f\xa0"
 OTHER = b"\x0a\x00\x00\x02\x0f\xa0"
 
 
 def fresh_node(ident: int = 12345, addr: bytes = ADDR) -> PastryNode:
-    return PastryNode(ident, addr, random.Random(1))
+    return PastryNode(ident, addr, random.Random(1), codec=CODEC)
 
 
 def ready_overlay(n: int = 8, seed: int = 5) -> tuple[Simulator, SimNetwork]:
-    sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
+    sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"), codec=CODEC)
     overlay = SimNetwork(sim, seed)
     overlay.oracle_bootstrap(overlay.create(n))
     return sim, overlay
@@ -110,19 +120,73 @@ def test_route_after_leave_raises() -> None:
 @pytest.mark.parametrize("ident", [-1, DEFAULT_SPACE.size, 2**200, 1.0, "1", None, b"\x01" * 20])
 def test_bad_id_raises(ident: Any) -> None:
     with pytest.raises(LocalProtocolError):
-        PastryNode(ident, ADDR, random.Random(0))
+        PastryNode(ident, ADDR, random.Random(0), codec=CODEC)
 
 
 @pytest.mark.parametrize("addr", [b"", b"x" * 65, "10.0.0.1:4000", bytearray(ADDR), None, 42])
 def test_bad_address_raises(addr: Any) -> None:
     with pytest.raises(LocalProtocolError, match="address"):
-        PastryNode(1, addr, random.Random(0))
+        PastryNode(1, addr, random.Random(0), codec=CODEC)
 
 
 @pytest.mark.parametrize("rng", [None, 42, random, "seed"])
 def test_bad_rng_raises(rng: Any) -> None:
     with pytest.raises(LocalProtocolError, match="rng"):
-        PastryNode(1, ADDR, rng)
+        PastryNode(1, ADDR, rng, codec=CODEC)
+
+
+@pytest.mark.parametrize("codec", [None, "dht", DHT_TABLE, codec_for(OverlayPeer.TABLES[1])])
+def test_a_node_needs_a_codec_that_speaks_the_dht_table(codec: Any) -> None:
+    with pytest.raises(LocalProtocolError, match="codec"):
+        PastryNode(1, ADDR, random.Random(0), codec=codec)
+
+
+# ------------------------------------------------------------------ the codec a stack is given
+
+
+def _install_ack_frame() -> bytes:
+    return codec_for(*OverlayPeer.TABLES).encode(InstallAck(0, 1, 2, 3, True))
+
+
+def test_a_dht_only_core_counts_a_pubsub_frame_as_malformed_and_drops_it() -> None:
+    node = fresh_node()
+    node.start_alone(0.0)
+    node.receive_frame(_install_ack_frame(), OTHER, 1.0)  # never raises
+    assert node.stats.malformed == 1
+    assert node.stats.dropped == 0
+    assert node.take_messages() == []
+    assert node.state is State.READY
+
+
+def test_two_stacks_with_different_codecs_live_side_by_side() -> None:
+    bare = fresh_node()
+    stacked = PastryNode(12345, ADDR, random.Random(1), codec=codec_for(*OverlayPeer.TABLES))
+    for node in (bare, stacked):
+        node.start_alone(0.0)
+        node.receive_frame(_install_ack_frame(), OTHER, 1.0)
+    # The pub/sub stack's codec reads the frame: a message of another layer, not the DHT's.
+    assert stacked.stats.malformed == 0 and stacked.stats.by_reason == {"not a dht message": 1}
+    # The bare DHT's codec does not speak pub/sub: the same bytes are garbage to it.
+    assert bare.stats.malformed == 1 and bare.stats.dropped == 0
+    assert bare.codec is CODEC and stacked.codec is not CODEC
+
+
+def test_an_upper_layer_refuses_a_node_whose_codec_lacks_its_table() -> None:
+    registry = SchemaRegistry((THESIS_SCHEMA,))
+    with pytest.raises(LocalProtocolError, match="pubsub"):
+        PubSubNode(fresh_node(), registry, capacity=1, rng=random.Random(0))
+    with pytest.raises(LocalProtocolError, match="multicast"):
+        TopicNode(fresh_node(), random.Random(0))
+    # Built with the stack's own tables, each accepts the node.
+    PubSubNode(
+        PastryNode(1, ADDR, random.Random(0), codec=codec_for(*OverlayPeer.TABLES)),
+        registry,
+        capacity=1,
+        rng=random.Random(0),
+    )
+    TopicNode(
+        PastryNode(1, ADDR, random.Random(0), codec=codec_for(*TopicPeer.TABLES)), random.Random(0)
+    )
 
 
 @pytest.mark.parametrize("key", [-1, DEFAULT_SPACE.size, "k", None, 0.5])
@@ -153,7 +217,7 @@ def test_bad_config_raises(kwargs: dict[str, Any]) -> None:
 
 def test_simulator_and_overlay_misuse_raises() -> None:
     with pytest.raises(LocalProtocolError, match="loss"):
-        Simulator(SyntheticLatency(0, sites=8), random.Random(0), loss=1.0)
+        Simulator(SyntheticLatency(0, sites=8), random.Random(0), codec=CODEC, loss=1.0)
     sim, overlay = ready_overlay(4)
     sim.run(until=1.0)
     with pytest.raises(LocalProtocolError, match="past"):
@@ -252,7 +316,7 @@ def test_a_dropped_route_is_not_counted_as_delivered() -> None:
 
 def test_a_malformed_route_origin_never_raises_out_of_handle_timer() -> None:
     space = DEFAULT_SPACE
-    a = PastryNode(10, b"A" * 6, random.Random(1))
+    a = PastryNode(10, b"A" * 6, random.Random(1), codec=CODEC)
     b = Peer.make(space, 2**159, b"B" * 6)
     a.install_state([b], [b], [], 0.0)
     a.take_messages()
@@ -318,9 +382,7 @@ def _field_strategy(t: Any, name: str) -> st.SearchStrategy[Any]:
 hostile_messages = st.one_of(
     [
         _field_strategy(msgspec.inspect.type_info(cls), "")
-        for cls in registered().values()
-        if cls.__module__
-        == "rangecast.dht.messages"  # the DHT's own types; the overlay's are fuzzed apart
+        for cls in DHT_TABLE.types  # the DHT's own types; the overlay's are fuzzed apart
     ]
 )
 
@@ -348,8 +410,8 @@ def test_decodable_hostile_messages_never_raise_out_of_receive(
         node.receive_frame(frame, src, now)
         now += 0.01
         for _, out in node.take_messages():
-            assert type(out) in registered().values()
-            codec().encode(out)  # everything the node emits is encodable
+            assert type(out) in DHT_TABLE.types
+            CODEC.encode(out)  # everything the node emits is encodable
     # The node's own state stays well-formed whatever it was told.
     assert node.id not in node.leaves
     for p in node.known_peers():

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from overlay_harness import Key, Net, Published
 
 from rangecast.dht.errors import LocalProtocolError
-from rangecast.dht.wire import Message, decode
+from rangecast.dht.wire import Message
 from rangecast.pubsub.messages import ProbePub
 from rangecast.pubsub.node import OverlayConfig
 from rangecast.pubsub.schema import THESIS_SCHEMA, Schema
@@ -405,7 +405,7 @@ def test_an_event_in_flight_across_a_modify_arrives_at_most_once() -> None:
     eid = net.peers[publisher].overlay.publish("thesis", (15.0, 5.0, 1.0, 1.0), net.sim.now)
     held = []
     for addr, msg in net.peers[publisher].take_messages():
-        probe = decode(msg.payload)  # type: ignore[attr-defined]
+        probe = net.sim.codec.decode(msg.payload)  # type: ignore[attr-defined]
         if isinstance(probe, ProbePub) and probe.target.attr == 1:
             held.append((addr, msg))
         else:

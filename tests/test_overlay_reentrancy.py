@@ -9,8 +9,10 @@ from __future__ import annotations
 import random
 
 from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.dht.wire import codec_for
 from rangecast.pubsub.messages import OP_INSERT, Pred, ProbeSub, Ref, StoredSub
 from rangecast.pubsub.node import PubSubNode
+from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
 from rangecast.pubsub.tree import TreeNode
 
@@ -21,7 +23,7 @@ def _alone() -> tuple[PastryNode, PubSubNode]:
     registry = SchemaRegistry()
     registry.add(THESIS_SCHEMA)
     rng = random.Random(3)
-    dht = PastryNode(12345, ADDR, rng, config=PastryConfig())
+    dht = PastryNode(12345, ADDR, rng, config=PastryConfig(), codec=codec_for(*OverlayPeer.TABLES))
     overlay = PubSubNode(dht, registry, capacity=4, rng=rng)
     dht.start_alone(0.0)  # alone: this peer is the root of every key
     return dht, overlay
@@ -74,7 +76,7 @@ def test_an_install_whose_probe_was_lost_and_then_abandoned_leaves_no_piece() ->
     registry = SchemaRegistry()
     registry.add(THESIS_SCHEMA)
     rng = random.Random(5)
-    dht = PastryNode(12345, ADDR, rng, config=PastryConfig())
+    dht = PastryNode(12345, ADDR, rng, config=PastryConfig(), codec=codec_for(*OverlayPeer.TABLES))
     ov = PubSubNode(dht, registry, capacity=100, rng=rng, config=OverlayConfig(load_balancing=True))
     dht.start_alone(0.0)
     lost: list[object] = []

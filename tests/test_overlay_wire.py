@@ -1,4 +1,4 @@
-"""The content-based overlay's wire messages (``pubsub.messages``, tags 64-127): round trips,
+"""The content-based overlay's wire messages (``pubsub.messages``, tags 64-95): round trips,
 strict decoding of garbage, and the overlay core's handling of malformed or inconsistent payloads
 from the network (counted in ``overlay.stats.malformed`` and dropped, never raised)."""
 
@@ -13,13 +13,14 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from overlay_harness import Net
 
-import rangecast.pubsub.messages  # registers the overlay's message types
+import rangecast.pubsub.messages
 from rangecast.dht.errors import LocalProtocolError, WireError
 from rangecast.dht.messages import Direct, Ping, Route
-from rangecast.dht.wire import WIRE_VERSION, Handle, Message, codec, decode, encode, registered
+from rangecast.dht.wire import WIRE_VERSION, Handle, Message, codec_for
 from rangecast.pubsub.messages import (
     OP_INSERT,
     OP_REMOVE,
+    PUBSUB_TABLE,
     DeliveryMulticast,
     Event,
     EventDelivery,
@@ -42,6 +43,10 @@ from rangecast.pubsub.schema import THESIS_SCHEMA
 from rangecast.pubsub.space import TreeId
 from rangecast.pubsub.subscription import where
 
+#: The pub/sub stack's codec, as its builder makes it.
+CODEC = codec_for(*OverlayPeer.TABLES)
+encode = CODEC.encode
+decode = CODEC.decode
 _BASE_EXAMPLES = settings().max_examples
 PUBSUB_TYPES = [
     ProbeSub,
@@ -137,8 +142,10 @@ def decodes_or_wire_error(frame: bytes) -> Message | None:
 # ------------------------------------------------------------------------------ the codec
 
 
-def test_overlay_messages_are_registered_in_the_pubsub_range() -> None:
-    reg = registered()
+def test_overlay_messages_are_in_the_pubsub_table_and_range() -> None:
+    reg = CODEC.types
+    assert PUBSUB_TABLE.tags == range(64, 96)
+    assert set(PUBSUB_TYPES) <= set(PUBSUB_TABLE.types)
     for cls in PUBSUB_TYPES:
         tag = cls.__struct_config__.tag
         assert 64 <= tag <= 127
@@ -153,7 +160,7 @@ def test_round_trip_every_overlay_message(cls: type[Message], data: st.DataObjec
     msg = data.draw(STRATEGIES[cls], label="msg")
     frame = encode(msg)
     assert frame[0] == WIRE_VERSION
-    assert codec().size(msg) == len(frame)
+    assert CODEC.size(msg) == len(frame)
     back = decode(frame)
     assert type(back) is cls and back == msg
     # Carried as a routed or direct payload, as the overlay sends it.

@@ -19,8 +19,10 @@ from hypothesis.stateful import (
 )
 
 from rangecast.dht.ids import DEFAULT_SPACE
+from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.node import Application, PastryConfig, PastryNode, State
 from rangecast.dht.routing import Peer
+from rangecast.dht.wire import codec_for
 from rangecast.sim.engine import Simulator
 from rangecast.sim.latency import SyntheticLatency
 from rangecast.sim.network import SimNetwork
@@ -115,7 +117,9 @@ class PastryMachine(RuleBasedStateMachine):
 
     @initialize(seed=SEEDS, n0=st.integers(min_value=1, max_value=5), oracle=st.booleans())
     def start(self, seed: int, n0: int, oracle: bool) -> None:
-        self.sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
+        self.sim = Simulator(
+            SyntheticLatency(seed, sites=64), stream(seed, "network"), codec=codec_for(DHT_TABLE)
+        )
         self.overlay = SimNetwork(
             self.sim, seed, config=CONFIG, app_factory=lambda i: _Recorder(i, self)
         )
@@ -224,7 +228,7 @@ TestPastryStatefulLong = pytest.mark.slow(LongPastryMachine.TestCase)
 
 
 def _small_ring(n: int, config: PastryConfig) -> tuple[Simulator, SimNetwork]:
-    sim = Simulator(SyntheticLatency(1, sites=64), stream(1, "network"))
+    sim = Simulator(SyntheticLatency(1, sites=64), stream(1, "network"), codec=codec_for(DHT_TABLE))
     overlay = SimNetwork(sim, 1, config=config)
     overlay.oracle_bootstrap(overlay.create(n))
     return sim, overlay
@@ -232,7 +236,7 @@ def _small_ring(n: int, config: PastryConfig) -> tuple[Simulator, SimNetwork]:
 
 def _join_with_id(sim: Simulator, ident: int, contact: bytes) -> PastryNode:
     (i,) = sim.add_nodes(1, random.Random(0))
-    node = PastryNode(ident, sim.addrs[i], random.Random(i))
+    node = PastryNode(ident, sim.addrs[i], random.Random(i), codec=codec_for(DHT_TABLE))
     sim.attach(i, node)
     node.join(contact, sim.now)
     sim.poke(i)
@@ -240,7 +244,7 @@ def _join_with_id(sim: Simulator, ident: int, contact: bytes) -> PastryNode:
 
 
 def test_join_through_a_stale_routing_table_entry_completes() -> None:
-    sim = Simulator(SyntheticLatency(1, sites=64), stream(1, "network"))
+    sim = Simulator(SyntheticLatency(1, sites=64), stream(1, "network"), codec=codec_for(DHT_TABLE))
     overlay = SimNetwork(sim, 1)
     overlay.oracle_bootstrap(overlay.create(50))
     contact = overlay.nodes[0]
@@ -275,7 +279,9 @@ def test_concurrent_joins_converge(seed: int, leaf_set_size: int) -> None:
     config = PastryConfig(
         leaf_set_size=leaf_set_size, keepalive_s=0.5, fail_after_s=1.5, join_timeout_s=2.0
     )
-    sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
+    sim = Simulator(
+        SyntheticLatency(seed, sites=64), stream(seed, "network"), codec=codec_for(DHT_TABLE)
+    )
     overlay = SimNetwork(sim, seed, config=config)
     _join_batch(sim, overlay, [None])
     sim.run(until=sim.now + SETTLE_S)
@@ -287,7 +293,9 @@ def test_concurrent_joins_converge(seed: int, leaf_set_size: int) -> None:
 
 def test_leaf_sets_converge_after_a_crash_during_concurrent_joins() -> None:
     seed = 482632349
-    sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
+    sim = Simulator(
+        SyntheticLatency(seed, sites=64), stream(seed, "network"), codec=codec_for(DHT_TABLE)
+    )
     overlay = SimNetwork(sim, seed, config=CONFIG)
     _join_batch(sim, overlay, [None])
     _join_batch(sim, overlay, [0])

@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rangecast.dht.ids import IdSpace
+from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.node import PastryConfig
+from rangecast.dht.wire import codec_for
 from rangecast.multicast.prefix import MAX_HOPS, split
 from rangecast.sim.engine import Simulator
 from rangecast.sim.latency import SyntheticLatency
@@ -32,7 +34,9 @@ CONFIGS = st.sampled_from(
 
 
 def build(n: int, seed: int, config: PastryConfig) -> SimNetwork:
-    sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
+    sim = Simulator(
+        SyntheticLatency(seed, sites=64), stream(seed, "network"), codec=codec_for(DHT_TABLE)
+    )
     overlay = SimNetwork(sim, seed, config=config)
     overlay.oracle_bootstrap(overlay.create(n))
     return overlay

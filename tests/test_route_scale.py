@@ -10,8 +10,10 @@ from collections.abc import Sequence
 import pytest
 
 from rangecast.dht.ids import IdSpace
+from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.node import PastryConfig
 from rangecast.dht.routing import Peer
+from rangecast.dht.wire import codec_for
 from rangecast.sim.engine import Simulator
 from rangecast.sim.latency import LatencyModel, SyntheticLatency, latency_model
 from rangecast.sim.network import SimNetwork, _PnsTables
@@ -28,7 +30,7 @@ class _NoTerms(SyntheticLatency):
 
 
 def _overlay(n: int, space: IdSpace, model: LatencyModel) -> SimNetwork:
-    sim = Simulator(model, stream(1, "network"))
+    sim = Simulator(model, stream(1, "network"), codec=codec_for(DHT_TABLE))
     overlay = SimNetwork(sim, 1, config=PastryConfig(space=space, keepalive_s=float("inf")))
     overlay.create(n)
     return overlay

@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
+from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.node import Application, PastryConfig, PastryNode
 from rangecast.dht.routing import Peer
+from rangecast.dht.wire import codec_for
 from rangecast.sim.engine import Simulator
 from rangecast.sim.latency import SyntheticLatency
 from rangecast.sim.network import SimNetwork
@@ -58,7 +60,9 @@ class Recorder(Application):
 def build(
     n: int, seed: int, config: PastryConfig | None = None, log: DeliveryLog | None = None
 ) -> tuple[Simulator, SimNetwork]:
-    sim = Simulator(SyntheticLatency(seed, sites=64), stream(seed, "network"))
+    sim = Simulator(
+        SyntheticLatency(seed, sites=64), stream(seed, "network"), codec=codec_for(DHT_TABLE)
+    )
     factory = (lambda i: Recorder(i, log)) if log is not None else None
     overlay = SimNetwork(sim, seed, config=config, app_factory=factory)
     overlay.oracle_bootstrap(overlay.create(n))
@@ -211,7 +215,7 @@ def test_replica_set_and_local_lookup(
 
 
 def test_replica_set_rejects_negative_k() -> None:
-    node = PastryNode(1, b"\x00" * 6, random.Random(0))
+    node = PastryNode(1, b"\x00" * 6, random.Random(0), codec=codec_for(DHT_TABLE))
     node.start_alone(0.0)
     with pytest.raises(LocalProtocolError):
         node.replica_set(5, -1)

@@ -11,7 +11,8 @@ from runtime_harness import oracle_round
 
 from rangecast.dht.errors import WireError
 from rangecast.dht.messages import HopAck, Ping
-from rangecast.dht.wire import Handle, codec
+from rangecast.dht.wire import Handle, codec_for
+from rangecast.pubsub.peer import OverlayPeer
 from rangecast.runtime.client import connect
 from rangecast.runtime.guard import (
     MAX_WIRE_FRAME,
@@ -29,6 +30,9 @@ from rangecast.runtime.peer import PeerConfig, PeerRuntime, read_frame
 FRAMES = 100_000
 CONNECTIONS = 10
 
+CORE = codec_for(*OverlayPeer.TABLES)
+WIRE = wire_codec(*OverlayPeer.TABLES)
+
 
 def _client_requests(frames: list[bytes]) -> int:
     """Random bytes now and then spell a well-formed client request (``Hello`` is three bytes):
@@ -36,7 +40,7 @@ def _client_requests(frames: list[bytes]) -> int:
     n = 0
     for f in frames:
         try:
-            if type(wire_codec().decode(f[4:])) is not Sealed:
+            if type(WIRE.decode(f[4:])) is not Sealed:
                 n += 1
         except WireError:
             pass
@@ -49,14 +53,14 @@ def _attack_frames(target: bytes, rng: random.Random) -> tuple[list[bytes], list
     the valid frames themselves, sent (and accepted) once before the attack replays them."""
     mallory = Identity.generate()
     m_addr = PeerAddress(mallory.node_id, "127.0.0.1", 9).to_bytes()
-    sealer = Sealer(mallory, m_addr, 1)
-    valid = [sealer.seal(target, codec().encode(HopAck(rng.getrandbits(63)))) for _ in range(64)]
+    sealer = Sealer(mallory, m_addr, 1, WIRE)
+    valid = [sealer.seal(target, CORE.encode(HopAck(rng.getrandbits(63)))) for _ in range(64)]
     victim = Identity.generate()
     v_addr = PeerAddress(victim.node_id, "127.0.0.1", 10).to_bytes()
     # Signed by Mallory but claiming the victim's address (whose id is the victim's).
-    impostor = Sealer(mallory, v_addr, 1)
+    impostor = Sealer(mallory, v_addr, 1, WIRE)
     # Signed by Mallory, from her own address, but the Ping names the victim as its sender.
-    ping_as_victim = codec().encode(Ping(Handle(victim.node_id, v_addr)))
+    ping_as_victim = CORE.encode(Ping(Handle(victim.node_id, v_addr)))
     out: list[bytes] = []
     for i in range(FRAMES):
         kind = i % 10
@@ -80,7 +84,7 @@ def _attack_frames(target: bytes, rng: random.Random) -> tuple[list[bytes], list
         elif kind == 7:  # replayed (each valid frame was sent once already, or will be)
             out.append(frame(rng.choice(valid)))
         elif kind == 8:
-            out.append(frame(impostor.seal(target, codec().encode(HopAck(i)))))
+            out.append(frame(impostor.seal(target, CORE.encode(HopAck(i)))))
         else:
             out.append(frame(sealer.seal(target, ping_as_victim)))
     return [frame(f) for f in valid], out
@@ -105,24 +109,24 @@ async def _attack_sessions(target: PeerRuntime) -> dict[str, int]:
     m_addr = PeerAddress(mallory.node_id, "127.0.0.1", 9).to_bytes()
     victim = PeerAddress(Identity.generate().node_id, "127.0.0.1", 10).to_bytes()
     port = target.address.port
-    junk = Authed(codec().encode(HopAck(1)), bytes(16))
+    junk = Authed(CORE.encode(HopAck(1)), bytes(16))
     async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
-        await stream.send_all(frame(wire_codec().encode(junk)) * 1000)
+        await stream.send_all(frame(WIRE.encode(junk)) * 1000)
         await stream.send_eof()
         while await stream.receive_some(4096):
             pass
     async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
-        init = SessionInitiator(mallory, m_addr, target.addr)
+        init = SessionInitiator(mallory, m_addr, target.addr, WIRE)
         await stream.send_all(frame(init.open_frame))
-        session = init.finish(wire_codec().decode(await read_frame(stream, FrameReader())), m_addr)
-        as_victim = codec().encode(Ping(Handle(victim[:20], victim)))
+        session = init.finish(WIRE.decode(await read_frame(stream, FrameReader())), m_addr)
+        as_victim = CORE.encode(Ping(Handle(victim[:20], victim)))
         # Wrapped in sending order: a frame's number on the link is part of its tag.
         frames = [frame(session.wrap(as_victim)) for _ in range(100)]
-        frames.append(frame(session.wrap(codec().encode(HopAck(2)))))
-        bad = bytearray(session.wrap(codec().encode(HopAck(3))))
+        frames.append(frame(session.wrap(CORE.encode(HopAck(2)))))
+        bad = bytearray(session.wrap(CORE.encode(HopAck(3))))
         bad[-1] ^= 1
         frames.append(frame(bytes(bad)))
-        frames.append(frame(session.wrap(codec().encode(HopAck(4)))))  # never read
+        frames.append(frame(session.wrap(CORE.encode(HopAck(4)))))  # never read
         await stream.send_all(b"".join(frames))
         with trio.move_on_after(10):  # the peer closes the link on the bad tag
             while await stream.receive_some(4096):

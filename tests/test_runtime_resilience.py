@@ -25,16 +25,20 @@ from runtime_harness import oracle_round as run_oracle_round
 from test_runtime_cli import free_base
 
 from rangecast.dht.messages import Ping
-from rangecast.dht.wire import Handle, codec
+from rangecast.dht.wire import Handle, codec_for
+from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import THESIS_SCHEMA
 from rangecast.runtime.client import connect
-from rangecast.runtime.guard import Sealer, frame
+from rangecast.runtime.guard import Sealer, frame, wire_codec
 from rangecast.runtime.identity import Identity, PeerAddress
 from rangecast.sim.workload import thesis_workload
 
 RANGECAST = [sys.executable, "-m", "rangecast.cli.main"]
 #: This file's ports (other test files use OS-picked ports or other ranges).
 PORT_LO, PORT_HI = 7700, 7900
+
+CORE = codec_for(*OverlayPeer.TABLES)
+WIRE = wire_codec(*OverlayPeer.TABLES)
 
 
 def _free_base(n: int) -> int:
@@ -207,8 +211,8 @@ def test_a_ping_naming_an_address_that_accepts_and_closes_kills_no_peer(swarm_fa
                 # A fresh identity (so its id is anybody's neighbour), at a trap address.
                 mallory = Identity.generate()
                 m_addr = PeerAddress(mallory.node_id, "127.0.0.1", swarm.spare[i % 2]).to_bytes()
-                ping = codec().encode(Ping(Handle(mallory.node_id, m_addr)))
-                sealed = Sealer(mallory, m_addr, 1).seal(swarm.address(i), ping)
+                ping = CORE.encode(Ping(Handle(mallory.node_id, m_addr)))
+                sealed = Sealer(mallory, m_addr, 1, WIRE).seal(swarm.address(i), ping)
                 async with await trio.open_tcp_stream("127.0.0.1", swarm.ports[i]) as s:
                     await s.send_all(frame(sealed))
             failures: list[int] = []

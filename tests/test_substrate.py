@@ -8,8 +8,10 @@ import pytest
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.kademlia import KademliaConfig, KademliaNode
+from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.node import PastryConfig, PastryNode
 from rangecast.dht.substrate import DHTS, SUBSTRATES, DhtConfig, make_dht, substrate, substrate_of
+from rangecast.dht.wire import codec_for
 
 
 def test_names_default_first() -> None:
@@ -22,18 +24,27 @@ def test_names_default_first() -> None:
     [("pastry", PastryNode, PastryConfig()), ("kademlia", KademliaNode, KademliaConfig(k=4))],
 )
 def test_make_dht_builds_the_named_node(name: str, node_type: type, config: DhtConfig) -> None:
-    node = make_dht(name, 5, b"addr", random.Random(1), config=config)
+    node = make_dht(name, 5, b"addr", random.Random(1), config=config, codec=codec_for(DHT_TABLE))
     assert type(node) is node_type
     assert node.cfg is config
     assert substrate_of(node.cfg) is substrate(name)
-    assert type(make_dht(name, 5, b"addr", random.Random(1))) is node_type
+    assert (
+        type(make_dht(name, 5, b"addr", random.Random(1), codec=codec_for(DHT_TABLE))) is node_type
+    )
 
 
 def test_wrong_names_and_configs_are_refused() -> None:
     with pytest.raises(LocalProtocolError, match="dht must be one of pastry, kademlia"):
         substrate("chord")
     with pytest.raises(LocalProtocolError, match="needs a PastryConfig"):
-        make_dht("pastry", 5, b"addr", random.Random(1), config=KademliaConfig())
+        make_dht(
+            "pastry",
+            5,
+            b"addr",
+            random.Random(1),
+            config=KademliaConfig(),
+            codec=codec_for(DHT_TABLE),
+        )
 
 
 def test_lookup_modes_only_on_kademlia() -> None:

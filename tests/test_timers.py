@@ -8,12 +8,16 @@ import pytest
 
 from rangecast.dht.core import T_ACK
 from rangecast.dht.kademlia import KademliaConfig, KademliaNode
+from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.node import PastryConfig, PastryNode
 from rangecast.dht.timers import TimerHeap
-from rangecast.dht.wire import codec
+from rangecast.dht.wire import codec_for
+from rangecast.multicast.topic import TopicPeer
 from rangecast.multicast.topic_base import TimerKind, TopicConfig, TopicContext
 from rangecast.pubsub.base import T_PARK, T_RECONCILE, T_REFRESH
 from rangecast.pubsub.node import _TIMERS as OVERLAY_TIMERS
+
+DHT_CODEC = codec_for(DHT_TABLE)
 
 
 class _Opaque:
@@ -65,7 +69,7 @@ def test_shift_moves_every_deadline_and_keeps_the_list_and_the_order() -> None:
 @pytest.mark.parametrize("node_type", [PastryNode, KademliaNode])
 def test_every_dht_timer_kind_has_a_handler(node_type: type) -> None:
     cfg = PastryConfig(keepalive_s=1.0) if node_type is PastryNode else KademliaConfig()
-    node = node_type(1 << 100, b"\x01" * 6, random.Random(1), config=cfg)
+    node = node_type(1 << 100, b"\x01" * 6, random.Random(1), config=cfg, codec=DHT_CODEC)
     assert T_ACK in node._timer_handlers
     node.start_alone(0.0)  # pushes the first keep-alive round
     kinds = {kind for _, _, kind, _ in node._timers.heap}
@@ -78,8 +82,9 @@ def test_every_dht_timer_kind_has_a_handler(node_type: type) -> None:
 
 def test_the_overlay_and_the_topic_core_use_the_same_heap() -> None:
     assert set(OVERLAY_TIMERS) == {T_PARK, T_RECONCILE, T_REFRESH}
-    dht = PastryNode(1 << 100, b"\x01" * 6, random.Random(1), config=PastryConfig())
-    ctx = TopicContext(dht, random.Random(2), TopicConfig(), codec())
+    codec = codec_for(*TopicPeer.TABLES)
+    dht = PastryNode(1 << 100, b"\x01" * 6, random.Random(1), config=PastryConfig(), codec=codec)
+    ctx = TopicContext(dht, random.Random(2), TopicConfig(), codec)
     assert isinstance(ctx.timers, TimerHeap)
     ctx.ensure_tick(0.0)
     assert ctx.timers.pop_due(10.0) == (TimerKind.TICK, None)

@@ -1,8 +1,11 @@
-"""Tests for dht.wire: round trips of every registered message, and strict decoding (garbage of
-any shape raises ``WireError`` and nothing else)."""
+"""Tests for dht.wire: round trips of every message of every layer's table, strict decoding
+(garbage of any shape raises ``WireError`` and nothing else), and the tables and codecs: checked
+when built, independent of each other and of what the process has imported."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 from typing import Any
 
@@ -11,25 +14,29 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-import rangecast.dht.messages  # registers the DHT message types
-import rangecast.runtime.messages  # registers the runtime's messages (envelope, client API)
 from rangecast.dht import wire
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
-from rangecast.dht.messages import Ping, Route
+from rangecast.dht.messages import DHT_TABLE, HopAck, Ping, Route
 from rangecast.dht.wire import (
     MAX_FRAME_BYTES,
     WIRE_VERSION,
     Codec,
     Handle,
     Message,
-    codec,
-    decode,
-    encode,
-    register,
-    registered,
+    MessageTable,
+    codec_for,
 )
+from rangecast.multicast.messages import MULTICAST_TABLE
+from rangecast.pubsub.messages import PUBSUB_TABLE, InstallAck
+from rangecast.runtime.messages import RUNTIME_TABLE
 
-MESSAGE_TYPES = list(registered().values())
+#: Every layer's table, and a codec over all of them (no stack speaks them all; the tests of
+#: the format want every message type).
+TABLES = (DHT_TABLE, MULTICAST_TABLE, PUBSUB_TABLE, RUNTIME_TABLE)
+CODEC = codec_for(*TABLES)
+encode = CODEC.encode
+decode = CODEC.decode
+MESSAGE_TYPES = list(CODEC.types.values())
 _BASE_EXAMPLES = settings().max_examples
 
 # ------------------------------------------------------------------ strategies from type info
@@ -109,7 +116,7 @@ msgpack_values = st.recursive(
 
 
 def assert_decodes_or_wire_error(frame: Any) -> Message | None:
-    """``decode`` must either give a registered message (that round-trips) or raise exactly
+    """``decode`` must either give a message of the codec (that round-trips) or raise exactly
     ``WireError``; any other exception fails the test."""
     try:
         msg = decode(frame)
@@ -121,19 +128,30 @@ def assert_decodes_or_wire_error(frame: Any) -> Message | None:
     return msg
 
 
-# ---------------------------------------------------------------------------- the registry
+# ------------------------------------------------------------------------------- the tables
 
 
-def test_dht_messages_are_registered_with_tags_in_the_dht_range() -> None:
-    reg = registered()
-    names = {cls.__name__ for cls in reg.values()}
+def test_each_layer_declares_its_table_with_tags_in_its_own_range() -> None:
+    ranges = {"dht": (1, 31), "multicast": (32, 63), "pubsub": (64, 127), "runtime": (128, 255)}
+    for table in TABLES:
+        lo, hi = ranges[table.layer]
+        assert (table.tags.start, table.tags.stop - 1) == (lo, hi)
+        for cls in table.types:
+            assert lo <= cls.__struct_config__.tag <= hi
+            assert cls.kind == cls.__name__  # counters are keyed by the class name
+    names = {cls.__name__ for cls in DHT_TABLE.types}
     assert {"Route", "HopAck", "JoinRequest", "Ping", "Pong", "Leave", "Direct"} <= names
-    for tag, cls in reg.items():
+    for tag, cls in CODEC.types.items():
         assert cls.__struct_config__.tag == tag
-        assert cls.kind == cls.__name__
-        if cls.__module__ == "rangecast.dht.messages":
-            assert 1 <= tag <= 31
-    assert list(reg) == sorted(reg)
+    assert list(CODEC.types) == sorted(CODEC.types)
+    assert CODEC.tables == TABLES
+
+
+def test_the_wire_module_keeps_no_registry_and_no_process_wide_codec() -> None:
+    for gone in ("register", "registered", "codec", "encode", "decode", "_registry", "_codec"):
+        assert not hasattr(wire, gone), gone
+    with pytest.raises(TypeError):
+        CODEC.types[250] = Ping  # type: ignore[index]  # read-only
 
 
 # ------------------------------------------------------------------------------ round trips
@@ -145,7 +163,7 @@ def test_round_trip_every_registered_type(cls: type[Message], data: st.DataObjec
     msg = data.draw(messages_of(cls), label="msg")
     frame = encode(msg)
     assert frame[0] == WIRE_VERSION
-    assert codec().size(msg) == len(frame)
+    assert CODEC.size(msg) == len(frame)
     back = decode(frame)
     assert type(back) is cls
     assert back == msg
@@ -166,7 +184,7 @@ def test_round_trip_of_a_frame_at_exactly_the_size_limit() -> None:
     # The payload's own length header grows with its size: search down for the exact fit
     # (``size`` does not enforce the limit, ``encode`` does).
     n = MAX_FRAME_BYTES - overhead + 8
-    while codec().size(Route(1, b"\x03" * 20, h, 1, b"\x00" * n)) > MAX_FRAME_BYTES:
+    while CODEC.size(Route(1, b"\x03" * 20, h, 1, b"\x00" * n)) > MAX_FRAME_BYTES:
         n -= 1
     msg = Route(1, b"\x03" * 20, h, 1, b"\x00" * n)
     frame = encode(msg)
@@ -246,7 +264,7 @@ def test_oversized_frames_raise_wire_error() -> None:
     # A frame that would be a perfectly good message, were it not too big.
     h = Handle(b"\x01" * 20, b"\x02" * 6)
     big = Route(7, b"\x03" * 20, h, 1, b"\x00" * (MAX_FRAME_BYTES - 10))
-    frame = Codec(registered(), max_bytes=2 * MAX_FRAME_BYTES).encode(big)
+    frame = Codec(TABLES, max_bytes=2 * MAX_FRAME_BYTES).encode(big)
     assert len(frame) > MAX_FRAME_BYTES
     with pytest.raises(WireError):
         decode(frame)
@@ -265,7 +283,7 @@ def test_non_bytes_input_raises_only_wire_error(frame: Any) -> None:
 
 
 def test_unknown_tag_raises_wire_error() -> None:
-    unused = next(t for t in range(1, 256) if t not in registered())
+    unused = next(t for t in range(1, 256) if t not in CODEC.types)
     with pytest.raises(WireError):
         decode(bytes([WIRE_VERSION]) + msgspec.msgpack.encode([unused, b"x"]))
 
@@ -278,7 +296,7 @@ def test_wire_error_is_a_remote_protocol_error() -> None:
 # ---------------------------------------------------------------------------- local misuse
 
 
-class _Unregistered(Message, tag=250):
+class _Unlisted(Message, tag=250):
     x: int
 
 
@@ -286,13 +304,19 @@ class _StringTagged(Message):  # tag=True inherited: the tag is the class name, 
     x: int
 
 
-@pytest.mark.parametrize("msg", [_Unregistered(1), _StringTagged(1)], ids=["int-tag", "str-tag"])
-def test_encoding_an_unregistered_message_raises_local_protocol_error(msg: Message) -> None:
-    with pytest.raises(LocalProtocolError, match="not a registered"):
+def _message_class(name: str, tag: Any) -> type[Message]:
+    return types.new_class(
+        name, (Message,), {"tag": tag}, lambda ns: ns.update(__annotations__={"x": int})
+    )
+
+
+@pytest.mark.parametrize("msg", [_Unlisted(1), _StringTagged(1)], ids=["int-tag", "str-tag"])
+def test_encoding_a_message_of_no_table_raises_local_protocol_error(msg: Message) -> None:
+    with pytest.raises(LocalProtocolError, match="not a message of"):
         encode(msg)
 
 
-def test_encoding_an_unregistered_class_that_reuses_a_registered_tag_raises() -> None:
+def test_encoding_a_class_of_no_table_that_reuses_a_listed_tag_raises() -> None:
     class Impostor(Message, tag=Ping.__struct_config__.tag):
         sender: Handle
 
@@ -302,99 +326,121 @@ def test_encoding_an_unregistered_class_that_reuses_a_registered_tag_raises() ->
 
 def test_encoding_values_the_wire_cannot_carry_raises_local_protocol_error() -> None:
     with pytest.raises(LocalProtocolError, match="cannot encode"):
-        encode(rangecast.dht.messages.HopAck(2**64))  # beyond MessagePack's integer range
+        encode(HopAck(2**64))  # beyond MessagePack's integer range
 
 
-def test_codec_needs_at_least_one_type() -> None:
+def test_a_codec_needs_at_least_one_table() -> None:
     with pytest.raises(LocalProtocolError):
-        Codec({})
-
-
-def _registry_snapshot() -> dict[int, type[Message]]:
-    return registered()
-
-
-def test_register_rejects_unknown_layer() -> None:
-    before = _registry_snapshot()
-
-    class InLayer(Message, tag=100):
-        x: int
-
-    with pytest.raises(LocalProtocolError, match="unknown layer"):
-        register("no-such-layer", InLayer)
-    assert registered() == before
+        codec_for()
+    with pytest.raises(LocalProtocolError, match="not a MessageTable"):
+        Codec([DHT_TABLE.types])  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize(
-    ("layer", "tag"),
+    ("table", "tag"),
     [
-        ("dht", 0),
-        ("dht", 32),
-        ("dht", 64),
-        ("multicast", 31),
-        ("multicast", 64),
-        ("pubsub", 63),
-        ("pubsub", 128),
-        ("runtime", 127),
-        ("runtime", 256),
-        ("runtime", 1000),
+        (DHT_TABLE, 0),
+        (DHT_TABLE, 32),
+        (DHT_TABLE, 64),
+        (MULTICAST_TABLE, 31),
+        (MULTICAST_TABLE, 64),
+        (PUBSUB_TABLE, 63),
+        (PUBSUB_TABLE, 128),
+        (RUNTIME_TABLE, 127),
+        (RUNTIME_TABLE, 256),
+        (RUNTIME_TABLE, 1000),
     ],
+    ids=lambda v: v.layer if isinstance(v, MessageTable) else str(v),
 )
-def test_register_rejects_tags_outside_the_layer_range(layer: str, tag: int) -> None:
-    before = _registry_snapshot()
-    cls = types.new_class(
-        f"OutOfRange{tag}",
-        (Message,),
-        {"tag": tag},
-        lambda ns: ns.update(__annotations__={"x": int}),
-    )
+def test_a_table_refuses_a_tag_outside_its_range(table: MessageTable, tag: int) -> None:
+    cls = _message_class(f"OutOfRange{tag}", tag)
     with pytest.raises(LocalProtocolError, match="outside"):
-        register(layer, cls)
-    assert registered() == before
+        MessageTable(table.layer, table.tags, (*table.types, cls))
     with pytest.raises(LocalProtocolError):
         encode(cls(1))
 
 
-def test_register_rejects_string_tags() -> None:
-    before = _registry_snapshot()
+def test_a_table_refuses_string_tags_duplicates_and_what_is_no_message() -> None:
     with pytest.raises(LocalProtocolError, match="outside"):
-        register("pubsub", _StringTagged)
-    assert registered() == before
-
-
-def test_register_rejects_a_duplicate_tag() -> None:
-    before = _registry_snapshot()
+        MessageTable("pubsub", range(64, 128), (_StringTagged,))
 
     class PingTwin(Message, tag=Ping.__struct_config__.tag):
         sender: Handle
 
     with pytest.raises(LocalProtocolError, match="used by both"):
-        register("dht", PingTwin)
-    assert registered() == before
-    assert decode(encode(Ping(Handle(b"\x00" * 20, b"\x00" * 6)))).__class__ is Ping
+        MessageTable("dht", DHT_TABLE.tags, (*DHT_TABLE.types, PingTwin))
+    with pytest.raises(LocalProtocolError, match="not a wire Message"):
+        MessageTable("dht", DHT_TABLE.tags, (Handle,))  # type: ignore[arg-type]
+    with pytest.raises(LocalProtocolError, match="at least one"):
+        MessageTable("dht", DHT_TABLE.tags, ())
 
 
-def test_registering_the_same_class_again_is_harmless() -> None:
-    before = _registry_snapshot()
-    register("dht", Ping)
-    assert registered() == before
+@pytest.mark.parametrize("tags", [range(0, 10), range(200, 300), range(5, 5), range(1, 9, 2)])
+def test_a_table_range_must_be_a_run_of_one_byte_tags(tags: range) -> None:
+    with pytest.raises(LocalProtocolError, match="tag range"):
+        MessageTable("x", tags, (Ping,))
 
 
-def test_a_failed_register_call_changes_nothing() -> None:
-    class Fine(Message, tag=101):
-        x: int
+def test_a_codec_refuses_tables_that_collide() -> None:
+    # Another layer claiming tags inside the DHT's range: refused at build, whichever comes first.
+    intruder = MessageTable("intruder", range(16, 40), (_message_class("Intruder", 20),))
+    for tables in ((DHT_TABLE, intruder), (intruder, DHT_TABLE)):
+        with pytest.raises(LocalProtocolError, match="overlap"):
+            codec_for(*tables)
+    # The same tag in two tables (which their ranges alone allow only by overlapping).
+    twin = MessageTable("twin", range(1, 32), (Ping,))
+    with pytest.raises(LocalProtocolError, match="overlap"):
+        codec_for(DHT_TABLE, twin)
+    # Two tables for one layer.
+    other_dht = MessageTable("dht", range(200, 210), (_message_class("Other", 201),))
+    with pytest.raises(LocalProtocolError, match="two tables"):
+        codec_for(DHT_TABLE, other_dht)
 
-    class Wrong(Message, tag=5):  # outside the pubsub range
-        x: int
 
-    before = _registry_snapshot()
-    encode(Ping(Handle(b"\x00" * 20, b"\x00" * 6)))  # make sure a codec is cached
-    try:
-        with pytest.raises(LocalProtocolError):
-            register("pubsub", Fine, Wrong)
-        assert registered() == before
-    finally:
-        # Undo the partial registration the bug leaves behind, for the tests that follow.
-        if wire._registry.get(101) is Fine:
-            del wire._registry[101]
-            wire._codec = None
+def test_a_table_given_twice_counts_once() -> None:
+    codec = codec_for(DHT_TABLE, PUBSUB_TABLE, DHT_TABLE)
+    assert codec.tables == (DHT_TABLE, PUBSUB_TABLE)
+    assert codec.speaks(PUBSUB_TABLE) and not codec.speaks(RUNTIME_TABLE)
+
+
+def test_two_codecs_in_one_process_do_not_affect_each_other() -> None:
+    dht_only = codec_for(DHT_TABLE)
+    before = dict(dht_only.types)
+    stack = codec_for(DHT_TABLE, PUBSUB_TABLE)
+    frame = stack.encode(InstallAck(0, 7, 1, 3, True))
+    assert stack.decode(frame) == InstallAck(0, 7, 1, 3, True)
+    with pytest.raises(WireError):
+        dht_only.decode(frame)  # not a message of its tables: strict decoding refuses it
+    with pytest.raises(LocalProtocolError, match="not a message of"):
+        dht_only.encode(InstallAck(0, 7, 1, 3, True))
+    codec_for(*TABLES)  # building more codecs changes none built before
+    assert dict(dht_only.types) == before
+    ping = Ping(Handle(b"\x00" * 20, b"\x00" * 6))
+    assert dht_only.decode(stack.encode(ping)) == ping  # both speak the DHT's messages
+    with pytest.raises(LocalProtocolError, match="needs a codec with the pubsub table"):
+        dht_only.require(PUBSUB_TABLE, "a PubSubNode")
+
+
+def test_importing_a_module_never_changes_a_codec() -> None:
+    """In a fresh interpreter, so the upper layers are imported only after the codec exists."""
+    script = """
+import importlib
+from rangecast.dht.messages import DHT_TABLE
+from rangecast.dht.wire import WireError, codec_for
+codec = codec_for(DHT_TABLE)
+before = dict(codec.types)
+for name in ("rangecast.multicast.topic", "rangecast.pubsub.peer", "rangecast.runtime.peer",
+             "rangecast.sim.network", "rangecast.cli.main"):
+    importlib.import_module(name)
+assert dict(codec.types) == before, "an import changed a codec"
+from rangecast.pubsub.messages import PUBSUB_TABLE, InstallAck
+frame = codec_for(DHT_TABLE, PUBSUB_TABLE).encode(InstallAck(0, 1, 2, 3, True))
+try:
+    codec.decode(frame)
+except WireError:
+    print("ok")
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "ok", out.stderr
