@@ -14,6 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from rangecast.brokers.messages import BROKER_TABLE
 from rangecast.dht import wire
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
 from rangecast.dht.messages import DHT_TABLE, HopAck, Ping, Route
@@ -32,7 +33,7 @@ from rangecast.runtime.messages import RUNTIME_TABLE
 
 #: Every layer's table, and a codec over all of them (no stack speaks them all; the tests of
 #: the format want every message type).
-TABLES = (DHT_TABLE, MULTICAST_TABLE, PUBSUB_TABLE, RUNTIME_TABLE)
+TABLES = (DHT_TABLE, MULTICAST_TABLE, PUBSUB_TABLE, BROKER_TABLE, RUNTIME_TABLE)
 CODEC = codec_for(*TABLES)
 encode = CODEC.encode
 decode = CODEC.decode
@@ -132,7 +133,13 @@ def assert_decodes_or_wire_error(frame: Any) -> Message | None:
 
 
 def test_each_layer_declares_its_table_with_tags_in_its_own_range() -> None:
-    ranges = {"dht": (1, 31), "multicast": (32, 63), "pubsub": (64, 127), "runtime": (128, 255)}
+    ranges = {
+        "dht": (1, 31),
+        "multicast": (32, 63),
+        "pubsub": (64, 95),
+        "brokers": (96, 127),
+        "runtime": (128, 255),
+    }
     for table in TABLES:
         lo, hi = ranges[table.layer]
         assert (table.tags.start, table.tags.stop - 1) == (lo, hi)
