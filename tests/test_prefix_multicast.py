@@ -37,15 +37,15 @@ def build(n: int, seed: int, config: PastryConfig) -> SimNetwork:
     sim = Simulator(
         SyntheticLatency(seed, sites=64), stream(seed, "network"), codec=codec_for(DHT_TABLE)
     )
-    overlay = SimNetwork(sim, seed, config=config)
-    overlay.oracle_bootstrap(overlay.create(n))
-    return overlay
+    net = SimNetwork(sim, seed, config=config)
+    net.oracle_bootstrap(net.create(n))
+    return net
 
 
-def multicast(overlay: SimNetwork, src: int, keys: list[int]) -> tuple[Counter, int, int]:
+def multicast(net: SimNetwork, src: int, keys: list[int]) -> tuple[Counter, int, int]:
     """Run the multicast hop by hop from ``src``: returns how often each (key index, node) was
     served, the largest fan-out seen and the deepest hop."""
-    index_of = overlay.sim.index_of
+    index_of = net.sim.index_of
     served: Counter[tuple[int, int]] = Counter()
     fan_out = depth = 0
     todo = [(src, list(range(len(keys))), 0)]
@@ -53,7 +53,7 @@ def multicast(overlay: SimNetwork, src: int, keys: list[int]) -> tuple[Counter, 
         node, members, hops = todo.pop()
         assert hops <= MAX_HOPS, "multicast did not converge"
         depth = max(depth, hops)
-        plan = split(overlay.nodes[node], [keys[i] for i in members])
+        plan = split(net.nodes[node], [keys[i] for i in members])
         fan_out = max(fan_out, len(plan.groups))
         seen = list(plan.local)
         for i in plan.local:
@@ -65,7 +65,7 @@ def multicast(overlay: SimNetwork, src: int, keys: list[int]) -> tuple[Counter, 
             assert nxt != node, "a group sent to the node itself"
             assert nxt not in next_hops, "two groups for one next hop"
             next_hops.add(nxt)
-            assert overlay.nodes[node].next_hop(group.route_key).id == group.next_hop.id
+            assert net.nodes[node].next_hop(group.route_key).id == group.next_hop.id
             todo.append((nxt, [members[i] for i in group.members], hops + 1))
         # Every key leaves a hop in exactly one place.
         assert sorted(seen) == list(range(len(members)))
@@ -73,8 +73,8 @@ def multicast(overlay: SimNetwork, src: int, keys: list[int]) -> tuple[Counter, 
 
 
 @st.composite
-def key_sets(draw: st.DrawFn, overlay: SimNetwork) -> list[int]:
-    space = overlay.space
+def key_sets(draw: st.DrawFn, net: SimNetwork) -> list[int]:
+    space = net.space
     rng = random.Random(draw(SEEDS, label="key_seed"))
     kind = draw(st.sampled_from(["random", "clustered", "near_nodes", "repeated"]))
     count = draw(st.integers(1, 120))
@@ -87,7 +87,7 @@ def key_sets(draw: st.DrawFn, overlay: SimNetwork) -> list[int]:
         low = (1 << (space.bits - prefix_bits)) - 1
         return [base | (rng.getrandbits(space.bits) & low) for _ in range(count)]
     if kind == "near_nodes":
-        ids = [overlay.nodes[rng.randrange(len(overlay.nodes))].id for _ in range(count)]
+        ids = [net.nodes[rng.randrange(len(net.nodes))].id for _ in range(count)]
         return [(i + rng.choice((-1, 0, 1))) % space.size for i in ids]
     one = space.random_id(rng)
     return [one] * min(count, 5) + [space.random_id(rng) for _ in range(count // 2)]
@@ -98,17 +98,17 @@ def key_sets(draw: st.DrawFn, overlay: SimNetwork) -> list[int]:
 def test_every_key_is_served_once_at_its_root_with_bounded_fan_out(
     n: int, seed: int, config: PastryConfig, data: st.DataObject
 ) -> None:
-    overlay = build(n, seed, config)
-    oracle = overlay.oracle()
-    keys = data.draw(key_sets(overlay), label="keys")
+    net = build(n, seed, config)
+    oracle = net.oracle()
+    keys = data.draw(key_sets(net), label="keys")
     src = data.draw(st.integers(0, n - 1), label="src")
-    served, fan_out, depth = multicast(overlay, src, keys)
+    served, fan_out, depth = multicast(net, src, keys)
     assert sum(served.values()) == len(keys)
     for (i, node), times in served.items():
         assert times == 1
         assert node == oracle.root(keys[i]), "served away from the key's root"
     assert {i for i, _ in served} == set(range(len(keys)))
-    assert fan_out <= overlay.space.radix
+    assert fan_out <= net.space.radix
     assert depth <= MAX_HOPS
 
 
@@ -117,18 +117,18 @@ def test_every_key_is_served_once_at_its_root_with_bounded_fan_out(
 def test_few_next_hops_follow_the_unicast_paths_exactly(seed: int, count: int) -> None:
     """With at most 2^b next hops per hop, every key travels its unicast path: the multicast's
     depth for a key equals the number of hops a lone message would take."""
-    overlay = build(200, seed, PastryConfig())
+    net = build(200, seed, PastryConfig())
     rng = random.Random(seed)
-    keys = [overlay.space.random_id(rng) for _ in range(count)]
-    index_of = overlay.sim.index_of
+    keys = [net.space.random_id(rng) for _ in range(count)]
+    index_of = net.sim.index_of
     for key in keys[:5]:
         path = [0]
-        while (nh := overlay.nodes[path[-1]].next_hop(key)) is not None:
+        while (nh := net.nodes[path[-1]].next_hop(key)) is not None:
             path.append(index_of[nh.addr])
         todo = [(0, 0)]
         while todo:
             node, hops = todo.pop()
-            plan = split(overlay.nodes[node], [key])
+            plan = split(net.nodes[node], [key])
             if plan.local:
                 assert node == path[-1] and hops == len(path) - 1
                 break

@@ -31,12 +31,12 @@ class _NoTerms(SyntheticLatency):
 
 def _overlay(n: int, space: IdSpace, model: LatencyModel) -> SimNetwork:
     sim = Simulator(model, stream(1, "network"), codec=codec_for(DHT_TABLE))
-    overlay = SimNetwork(sim, 1, config=PastryConfig(space=space, keepalive_s=float("inf")))
-    overlay.create(n)
-    return overlay
+    net = SimNetwork(sim, 1, config=PastryConfig(space=space, keepalive_s=float("inf")))
+    net.create(n)
+    return net
 
 
-def _tables(overlay: SimNetwork) -> list[tuple[list[int], list[int], list[list[int | None]]]]:
+def _tables(net: SimNetwork) -> list[tuple[list[int], list[int], list[list[int | None]]]]:
     def ident(p: Peer | None) -> int | None:
         return None if p is None else p.id
 
@@ -46,15 +46,15 @@ def _tables(overlay: SimNetwork) -> list[tuple[list[int], list[int], list[list[i
             [p.id for p in node.leaves.right],
             [[ident(p) for p in row] for row in node.table.rows],
         )
-        for node in overlay.nodes
+        for node in net.nodes
     ]
 
 
-def _by_loop(overlay: SimNetwork) -> list[list[list[int]]]:
+def _by_loop(net: SimNetwork) -> list[list[list[int]]]:
     """Every node's rows from the per-node Python loop (sorted positions)."""
-    peers = overlay.peers
+    peers = net.peers
     order = sorted(range(len(peers)), key=lambda i: peers[i].id)
-    tables = _PnsTables(overlay.space, [peers[i].id for i in order], order, overlay.sim.latency, 16)
+    tables = _PnsTables(net.space, [peers[i].id for i in order], order, net.sim.latency, 16)
     by_node: list[list[list[int]]] = [[] for _ in order]
     for k, i in enumerate(order):
         by_node[i] = [
@@ -76,14 +76,14 @@ def _by_loop(overlay: SimNetwork) -> list[list[list[int]]]:
     ],
 )
 def test_vectorised_bootstrap_equals_the_bisection_loop(n: int, space: IdSpace) -> None:
-    overlay = _overlay(n, space, latency_model("synthetic", 1))
-    overlay.oracle_bootstrap(range(n))
-    want = _by_loop(overlay)
-    got = [[[-1 if e is None else e for e in row] for row in t[2]] for t in _tables(overlay)]
+    net = _overlay(n, space, latency_model("synthetic", 1))
+    net.oracle_bootstrap(range(n))
+    want = _by_loop(net)
+    got = [[[-1 if e is None else e for e in row] for row in t[2]] for t in _tables(net)]
     assert got == want
     # Leaf sets: the oracle's.
-    leaves = overlay.oracle_leaf_sets()
-    assert [t[:2] for t in _tables(overlay)] == [leaves[i] for i in range(n)]
+    leaves = net.oracle_leaf_sets()
+    assert [t[:2] for t in _tables(net)] == [leaves[i] for i in range(n)]
 
 
 def test_bootstrap_without_nearest_terms_uses_nearest() -> None:

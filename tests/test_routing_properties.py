@@ -64,25 +64,25 @@ def build(
         SyntheticLatency(seed, sites=64), stream(seed, "network"), codec=codec_for(DHT_TABLE)
     )
     factory = (lambda i: Recorder(i, log)) if log is not None else None
-    overlay = SimNetwork(sim, seed, config=config, app_factory=factory)
-    overlay.oracle_bootstrap(overlay.create(n))
+    net = SimNetwork(sim, seed, config=config, app_factory=factory)
+    net.oracle_bootstrap(net.create(n))
     if log is not None:
         log.sim = sim
-    return sim, overlay
+    return sim, net
 
 
-def walk(overlay: SimNetwork, src: int, key: int) -> list[int]:
+def walk(net: SimNetwork, src: int, key: int) -> list[int]:
     """Follow ``next_hop`` from node to node; returns the path of node indices."""
-    space = overlay.space
-    index_of = overlay.sim.index_of
+    space = net.space
+    index_of = net.sim.index_of
     path = [src]
     while True:
-        here = overlay.nodes[path[-1]]
+        here = net.nodes[path[-1]]
         nh = here.next_hop(key)
         if nh is None:
             return path
         nxt = index_of[nh.addr]
-        assert overlay.nodes[nxt].id == nh.id
+        assert net.nodes[nxt].id == nh.id
         # Every hop makes progress: a longer shared prefix, or numerically closer.
         gained_prefix = space.shared_prefix(nh.id, key) > space.shared_prefix(here.id, key)
         closer = space.distance(nh.id, key) < space.distance(here.id, key)
@@ -91,10 +91,10 @@ def walk(overlay: SimNetwork, src: int, key: int) -> list[int]:
         path.append(nxt)
 
 
-def brute_root(overlay: SimNetwork, key: int) -> int:
-    space = overlay.space
-    live = overlay.live()
-    return min(live, key=lambda i: (space.distance(overlay.nodes[i].id, key), overlay.nodes[i].id))
+def brute_root(net: SimNetwork, key: int) -> int:
+    space = net.space
+    live = net.live()
+    return min(live, key=lambda i: (space.distance(net.nodes[i].id, key), net.nodes[i].id))
 
 
 def keys_for(space: IdSpace) -> st.SearchStrategy[int]:
@@ -109,27 +109,27 @@ def keys_for(space: IdSpace) -> st.SearchStrategy[int]:
 def test_next_hop_walk_ends_at_the_oracle_root(
     n: int, seed: int, config: PastryConfig, data: st.DataObject
 ) -> None:
-    _, overlay = build(n, seed, config)
-    oracle = overlay.oracle()
-    space = overlay.space
+    _, net = build(n, seed, config)
+    oracle = net.oracle()
+    space = net.space
     rng = random.Random(data.draw(SEEDS, label="lookup_seed"))
     keys = [space.random_id(rng) for _ in range(20)]
     # Keys on and right beside node ids, where off-by-one mistakes live.
     for i in data.draw(st.lists(st.integers(0, n - 1), max_size=5), label="near_nodes"):
-        ident = overlay.nodes[i].id
+        ident = net.nodes[i].id
         keys += [ident, (ident + 1) % space.size, (ident - 1) % space.size]
     for key in keys:
         src = rng.randrange(n)
-        path = walk(overlay, src, key)
-        assert path[-1] == oracle.root(key) == brute_root(overlay, key)
+        path = walk(net, src, key)
+        assert path[-1] == oracle.root(key) == brute_root(net, key)
         assert len(path) - 1 <= space.digits + 2
 
 
 @given(n=SIZES, seed=SEEDS)
 def test_every_node_is_the_root_of_its_own_id(n: int, seed: int) -> None:
-    _, overlay = build(n, seed)
-    oracle = overlay.oracle()
-    for i, node in enumerate(overlay.nodes):
+    _, net = build(n, seed)
+    oracle = net.oracle()
+    for i, node in enumerate(net.nodes):
         assert node.next_hop(node.id) is None
         assert oracle.root(node.id) == i
 
@@ -140,12 +140,12 @@ def test_every_node_is_the_root_of_its_own_id(n: int, seed: int) -> None:
 @settings(max_examples=max(10, _BASE_EXAMPLES // 2))
 @given(n=SIZES, seed=SEEDS, config=CONFIGS)
 def test_oracle_bootstrap_state_equals_brute_force(n: int, seed: int, config: PastryConfig):
-    _, overlay = build(n, seed, config)
-    space = overlay.space
+    _, net = build(n, seed, config)
+    space = net.space
     half = config.leaf_set_size // 2
-    all_ids = [node.id for node in overlay.nodes]
-    assert overlay.leafset_mismatches() == []
-    for node in overlay.nodes:
+    all_ids = [node.id for node in net.nodes]
+    assert net.leafset_mismatches() == []
+    for node in net.nodes:
         others = [i for i in all_ids if i != node.id]
         right = sorted(others, key=lambda i, own=node.id: space.cw(own, i))[:half]
         left = sorted(others, key=lambda i, own=node.id: space.ccw(own, i))[:half]
@@ -171,22 +171,22 @@ def test_oracle_bootstrap_state_equals_brute_force(n: int, seed: int, config: Pa
 def test_replica_set_and_local_lookup(
     n: int, seed: int, config: PastryConfig, data: st.DataObject
 ) -> None:
-    _, overlay = build(n, seed, config)
-    space = overlay.space
+    _, net = build(n, seed, config)
+    space = net.space
     half = config.leaf_set_size // 2
-    oracle = overlay.oracle()
+    oracle = net.oracle()
     keys = data.draw(st.lists(keys_for(space), min_size=1, max_size=5), label="keys")
-    all_ids = sorted(node.id for node in overlay.nodes)
+    all_ids = sorted(node.id for node in net.nodes)
     for key in keys:
-        root = overlay.nodes[oracle.root(key)]
+        root = net.nodes[oracle.root(key)]
         assert [p.id for p in root.replica_set(key, 1)] == [root.id]
         assert root.replica_set(key, 1)[0] is root.me
-        # The k closest nodes of the whole overlay all sit in the root's leaf set (k <= half+1).
+        # The k closest nodes of the whole net all sit in the root's leaf set (k <= half+1).
         by_distance = sorted(all_ids, key=lambda i, key=key: (space.distance(i, key), i))
         for k in range(half + 2):
             assert [p.id for p in root.replica_set(key, k)] == by_distance[:k]
         # From any node: closest first, never more than it knows.
-        node = overlay.nodes[data.draw(st.integers(0, n - 1), label="node")]
+        node = net.nodes[data.draw(st.integers(0, n - 1), label="node")]
         known = {node.id, *(p.id for p in node.leaves.members())}
         rs = node.replica_set(key, 100)
         assert [p.id for p in rs] == sorted(
@@ -226,13 +226,13 @@ def test_replica_set_rejects_negative_k() -> None:
 
 
 def route_through_engine(
-    sim: Simulator, overlay: SimNetwork, log: DeliveryLog, lookups: list[tuple[int, int]]
+    sim: Simulator, net: SimNetwork, log: DeliveryLog, lookups: list[tuple[int, int]]
 ) -> None:
     """Inject ``(src, key)`` lookups at staggered times and run until all are delivered."""
     log.expected = len(lookups)
 
     def inject(lid: int, src: int, key: int) -> None:
-        overlay.nodes[src].route(key, lid.to_bytes(4, "big"), sim.now)
+        net.nodes[src].route(key, lid.to_bytes(4, "big"), sim.now)
         sim.poke(src)
 
     t = sim.now
@@ -248,21 +248,21 @@ def test_engine_delivers_every_lookup_once_at_the_oracle_root(
     n: int, seed: int, hop_acks: bool, data: st.DataObject
 ) -> None:
     log = DeliveryLog()
-    sim, overlay = build(n, seed, PastryConfig(hop_acks=hop_acks), log)
-    space = overlay.space
+    sim, net = build(n, seed, PastryConfig(hop_acks=hop_acks), log)
+    space = net.space
     rng = random.Random(data.draw(SEEDS, label="lookup_seed"))
     lookups = [(rng.randrange(n), space.random_id(rng)) for _ in range(25)]
-    oracle = overlay.oracle()
-    route_through_engine(sim, overlay, log, lookups)
+    oracle = net.oracle()
+    route_through_engine(sim, net, log, lookups)
     assert sorted(lid for lid, *_ in log.deliveries) == list(range(len(lookups)))
     for lid, index, key, hops in log.deliveries:
         src, expected_key = lookups[lid]
         assert key == expected_key
         assert index == oracle.root(key)
-        # Nothing changed in the overlay, so the message took exactly the synchronous path.
-        assert hops == len(walk(overlay, src, key)) - 1
-    assert sum(node.stats.reroutes for node in overlay.nodes) == 0
-    assert sum(node.stats.malformed for node in overlay.nodes) == 0
+        # Nothing changed in the net, so the message took exactly the synchronous path.
+        assert hops == len(walk(net, src, key)) - 1
+    assert sum(node.stats.reroutes for node in net.nodes) == 0
+    assert sum(node.stats.malformed for node in net.nodes) == 0
     by_type = sim.stats.by_type
     routed = by_type["Route"].messages if "Route" in by_type else 0
     acks = by_type["HopAck"].messages if "HopAck" in by_type else 0
@@ -275,13 +275,13 @@ def test_hop_acks_route_around_fresh_crashes(n: int, seed: int, fail: float) -> 
     """Crash nodes and route at once, before any keep-alive noticed: missing hop acks mark the
     dead next hops failed and the messages are re-routed to the closest *live* node."""
     log = DeliveryLog()
-    sim, overlay = build(n, seed, PastryConfig(), log)
-    overlay.crash_fraction(fail, stream(seed, "failures"))
-    live = overlay.live()
-    oracle = overlay.oracle()
+    sim, net = build(n, seed, PastryConfig(), log)
+    net.crash_fraction(fail, stream(seed, "failures"))
+    live = net.live()
+    oracle = net.oracle()
     rng = random.Random(seed)
     lookups = [(live[rng.randrange(len(live))], DEFAULT_SPACE.random_id(rng)) for _ in range(30)]
-    route_through_engine(sim, overlay, log, lookups)
+    route_through_engine(sim, net, log, lookups)
     assert sorted(lid for lid, *_ in log.deliveries) == list(range(len(lookups)))
     for _, index, key, _ in log.deliveries:
         assert index == oracle.root(key)
