@@ -49,25 +49,17 @@ def add_swarm_parser(top: Any) -> None:
         "of a stopped swarm: restarts its peers, same ids)",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    spec = SwarmSpec  # the defaults
     up.add_argument("-n", type=int, required=True, help="number of peers")
     up.add_argument("--dir", required=True, help="swarm directory (state, logs, swarm.json)")
-    up.add_argument(
-        "--base-port",
-        type=int,
-        default=SwarmSpec.base_port,
-        help="peer i listens on base-port + i",
-    )
+    port_help = "peer i listens on base-port + i"
+    up.add_argument("--base-port", type=int, default=spec.base_port, help=port_help)
     up.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
-    up.add_argument(
-        "--capacity", type=int, default=SwarmSpec.capacity, help="leaf capacity before a split"
-    )
-    add_dht_options(up, dht=SwarmSpec.dht, root_cache=SwarmSpec.root_cache, peer=True)
-    up.add_argument(
-        "--timeout",
-        type=float,
-        default=SwarmSpec.timeout,
-        help="seconds to wait for the swarm to be ready",
-    )
+    cap_help = "leaf capacity before a split"
+    up.add_argument("--capacity", type=int, default=spec.capacity, help=cap_help)
+    add_dht_options(up, dht=spec.dht, root_cache=spec.root_cache, peer=True)
+    wait_help = "seconds to wait for the swarm to be ready"
+    up.add_argument("--timeout", type=float, default=spec.timeout, help=wait_help)
     up.add_argument("--quiet", action="store_true", help="no progress on stderr")
     up.set_defaults(func=_up)
     st = acts.add_parser("status", help="each peer's process and overlay state")

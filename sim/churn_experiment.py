@@ -30,9 +30,10 @@ from rangecast.sim.options import non_negative_float, positive_float
 from rangecast.sim.pubsub_scenario import (
     MatchOracle,
     PubSubScenario,
+    ReplicatedResult,
     lost_subscriptions,
 )
-from rangecast.sim.scenario import OnDht, SubstrateResult, param
+from rangecast.sim.scenario import OnDht, param
 
 REPLICA_KINDS = ("ReplicaPut", "ReplicaOp", "ReplicaDrop")
 #: The DHT's own repair traffic: Pastry's leaf-set and row requests; Kademlia's lookups (which,
@@ -105,22 +106,10 @@ class ChurnParams(OnDht):
             raise LocalProtocolError("--duration-s must be > 0")
 
 
-def _kinds(sim: Simulator, kinds: tuple[str, ...]) -> tuple[int, int]:
-    msgs = byts = 0
-    for k in kinds:
-        tc = sim.stats.by_type.get(k)
-        if tc is not None:
-            msgs += tc.messages
-            byts += tc.bytes
-    return msgs, byts
-
-
 @dataclass(kw_only=True, slots=True)
-class ChurnResult(SubstrateResult):
+class ChurnResult(ReplicatedResult):
     """What both kinds of churn run report."""
 
-    nodes: int
-    replicas: int
     subscriptions: int
     subscriptions_installed: int
     #: Live subscribers' subscriptions with a piece no live peer holds any more.
@@ -172,6 +161,16 @@ class CrashResult(ChurnResult):
             f"{promoted} replicas promoted; replica sets lost whole: {self.whole_sets_lost}\n"
             f"wall {self.wall_s:.1f} s"
         )
+
+
+def _kinds(sim: Simulator, kinds: tuple[str, ...]) -> tuple[int, int]:
+    msgs = byts = 0
+    for k in kinds:
+        tc = sim.stats.by_type.get(k)
+        if tc is not None:
+            msgs += tc.messages
+            byts += tc.bytes
+    return msgs, byts
 
 
 class ChurnBase(PubSubScenario[ChurnParams, ChurnResult]):

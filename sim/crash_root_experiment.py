@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.pubsub.base import OverlayConfig
 from rangecast.sim.options import positive_float
-from rangecast.sim.pubsub_scenario import PubSubScenario
-from rangecast.sim.scenario import OnDht, SubstrateResult, Verdict, flat, param
+from rangecast.sim.pubsub_scenario import PubSubScenario, ReplicatedResult
+from rangecast.sim.scenario import OnDht, Verdict, flat, param
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,13 +37,11 @@ class CrashRootParams(OnDht):
 
 
 @dataclass(kw_only=True, slots=True)
-class CrashRootResult(SubstrateResult):
-    nodes: int
-    replicas: int
+class CrashRootResult(ReplicatedResult):
+    verdict: Verdict = flat()
     crashed_peer: int
     pieces_at_crashed_root: int
     events: int
-    verdict: Verdict = flat()
     subscriptions_lost: int
 
     def succeeded(self) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -22,7 +23,7 @@ from rangecast.pubsub.node import EventDelivered, OverlayConfig, SubscriptionIns
 from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import THESIS_SCHEMA, Schema, SchemaRegistry
 from rangecast.pubsub.subscription import Subscription
-from rangecast.sim.scenario import Result, Scenario, Verdict
+from rangecast.sim.scenario import Result, Scenario, SubstrateResult, Verdict
 from rangecast.sim.workload import THESIS_WORKLOAD, Workload
 
 #: A subscription's owner: (peer index, subscription id).
@@ -121,6 +122,14 @@ def lost_subscriptions(peers: list[OverlayPeer], crashed: set[int], owners: list
         if any((me, sid, piece.gen, piece.piece) not in held for piece in rec.pieces):
             lost += 1
     return lost
+
+
+@dataclass(kw_only=True, slots=True)
+class ReplicatedResult(SubstrateResult):
+    """A run of ``nodes`` pub/sub peers keeping ``replicas`` copies of every tree node."""
+
+    nodes: int
+    replicas: int
 
 
 P = TypeVar("P")
@@ -243,4 +252,11 @@ class PubSubScenario(Scenario[P, R]):
         return lost_subscriptions(self.peers, self.dead, self.owners)
 
 
-__all__ = ["MatchOracle", "Owner", "PubSubScenario", "Receipts", "lost_subscriptions"]
+__all__ = [
+    "MatchOracle",
+    "Owner",
+    "PubSubScenario",
+    "Receipts",
+    "ReplicatedResult",
+    "lost_subscriptions",
+]

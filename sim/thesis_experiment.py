@@ -54,7 +54,7 @@ from rangecast.sim.scenario import (
     LATENCY_HELP,
     OnDht,
     Option,
-    SubstrateResult,
+    TimedResult,
     Verdict,
     dht_fields_of,
     flat,
@@ -126,9 +126,7 @@ class ThesisParams(OnDht):
     )
 
     def check(self) -> None:
-        self.check_common()
-        if self.nodes < 1:
-            raise LocalProtocolError("--nodes must be at least 1")
+        self.check_common(nodes=self.nodes)
         if self.subs_per_node <= 0 or self.events < 0:
             raise LocalProtocolError("--subs-per-node must be > 0 and --events >= 0")
         if self.partial not in ("strict", "lenient"):
@@ -447,10 +445,7 @@ def _dht_totals(nodes: Sequence[Any]) -> dict[str, int]:
 
 
 @dataclass(kw_only=True, slots=True)
-class ThesisResult(SubstrateResult):
-    WALL_FIELDS = ("wall_s", "sim_messages_per_s", "wall_phases_s")
-
-    nodes: int
+class ThesisResult(TimedResult):
     subscriptions: int
     installed: int
     events: int
