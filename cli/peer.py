@@ -15,6 +15,7 @@ from typing import Any
 import trio
 
 from rangecast.cli.options import add_dht_options
+from rangecast.cli.swarm import add_swarm_parser
 from rangecast.dht.errors import LocalProtocolError, RangecastError
 from rangecast.dht.substrate import SUBSTRATES
 from rangecast.pubsub.node import OverlayConfig
@@ -381,9 +382,17 @@ def _publish(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- the parsers
 
 
-def add_runtime_parsers(top: Any) -> None:
-    from rangecast.runtime import swarm
+def _add_via_and_schema(parser: argparse.ArgumentParser) -> None:
+    """``--via`` and ``--schema`` of ``subscribe`` and ``publish``."""
+    parser.add_argument("--via", metavar="HOST:PORT", required=True, help="a peer of the swarm")
+    parser.add_argument(
+        "--schema",
+        metavar="NAME|FILE",
+        help="schema: built in, a .toml/.json file, or a name the peers loaded (default: thesis)",
+    )
 
+
+def add_runtime_parsers(top: Any) -> None:
     peer = top.add_parser("peer", help="run or inspect one real peer")
     peers = peer.add_subparsers(dest="peer_command", required=True, metavar="ACTION")
     start = peers.add_parser(
@@ -437,7 +446,7 @@ def add_runtime_parsers(top: Any) -> None:
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=_peer_status)
 
-    swarm.add_swarm_parser(top)
+    add_swarm_parser(top)
 
     sub = top.add_parser(
         "subscribe",
@@ -447,12 +456,7 @@ def add_runtime_parsers(top: Any) -> None:
         "per delivered event. Exit status: 0 after --count deliveries (or at --timeout without "
         "--count), 1 if --timeout runs out before --count deliveries, 2 on a mistake.",
     )
-    sub.add_argument("--via", metavar="HOST:PORT", required=True, help="a peer of the swarm")
-    sub.add_argument(
-        "--schema",
-        metavar="NAME|FILE",
-        help="schema: built in, a .toml/.json file, or a name the peers loaded (default: thesis)",
-    )
+    _add_via_and_schema(sub)
     sub.add_argument("expr", metavar="EXPR", help='e.g. "Attr1 between 10 and 20 and Attr4 < 5"')
     sub.add_argument("--count", type=int, help="exit after this many deliveries")
     sub.add_argument(
@@ -463,12 +467,7 @@ def add_runtime_parsers(top: Any) -> None:
     sub.set_defaults(func=_subscribe)
 
     pub = top.add_parser("publish", help="publish one event through a peer")
-    pub.add_argument("--via", metavar="HOST:PORT", required=True, help="a peer of the swarm")
-    pub.add_argument(
-        "--schema",
-        metavar="NAME|FILE",
-        help="schema: built in, a .toml/.json file, or a name the peers loaded (default: thesis)",
-    )
+    _add_via_and_schema(pub)
     pub.add_argument("values", metavar="ATTR=VALUE", nargs="+")
     pub.set_defaults(func=_publish)
 

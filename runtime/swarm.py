@@ -13,7 +13,6 @@ waits, SIGKILLs whatever is left and checks that every process is gone.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import json
@@ -24,18 +23,41 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from rangecast.dht.errors import LocalProtocolError
-from rangecast.dht.kademlia import LOOKUP_MODES, ROOT_CACHE
-from rangecast.dht.substrate import DHTS, substrate
+from rangecast.dht.kademlia import ROOT_CACHE
+from rangecast.dht.substrate import substrate
 from rangecast.pubsub.node import OverlayConfig
 from rangecast.runtime.identity import STATE_FILE
 
 SWARM_FILE = "swarm.json"
+
+
+@dataclass(frozen=True)
+class SwarmSpec:
+    """What ``up`` starts (the defaults are the command line's: cli.swarm reads them here)."""
+
+    #: Number of peers; peer i listens on 127.0.0.1:``base_port + i``.
+    n: int
+    #: The swarm directory: each peer's state directory and log, and ``swarm.json``.
+    dir: Path
+    base_port: int = 7400
+    #: A built-in schema's name or a schema file (None: thesis).
+    schema: str | None = None
+    #: Subscriptions a tree leaf holds before it splits.
+    capacity: int = 100
+    dht: str = "pastry"
+    lookup: str = "iterative"
+    root_cache: int = ROOT_CACHE
+    #: Seconds to wait for the swarm to be ready.
+    timeout: float = 120.0
+    #: No progress on stderr.
+    quiet: bool = False
 
 
 def _alive(pid: int) -> bool:
@@ -116,7 +138,7 @@ async def _probe(port: int) -> dict[str, Any] | None:
         return None
 
 
-def _spawn(i: int, port: int, dir_: Path, join: int | None, args: argparse.Namespace) -> dict:
+def _spawn(i: int, port: int, dir_: Path, join: int | None, args: SwarmSpec) -> dict:
     state = dir_ / f"peer-{i}"
     state.mkdir(parents=True, exist_ok=True)
     log_path = state / "peer.log"
@@ -233,7 +255,9 @@ def _unconverged(statuses: dict[int, dict[str, Any]], dht: str) -> list[int]:
     return bad
 
 
-def _up(args: argparse.Namespace) -> int:
+def up(args: SwarmSpec) -> int:
+    """Start the swarm ``args`` describes (or restart a stopped one in its directory); print
+    ``{"swarm", "peers", "restarted"}`` once every peer is ready. Exit status 0."""
     n, base = args.n, args.base_port
     if n < 1:
         raise LocalProtocolError("-n must be >= 1")
@@ -246,7 +270,7 @@ def _up(args: argparse.Namespace) -> int:
 
         builtin_schemas().resolve(args.schema)  # fail now, not in N log files
         if Path(args.schema).is_file():
-            args.schema = str(Path(args.schema).resolve())
+            args = replace(args, schema=str(Path(args.schema).resolve()))
     dir_ = Path(args.dir)
     lock = _lock(dir_)
     reused = _reusable(dir_, n, args.dht)
@@ -347,8 +371,8 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(args: argparse.Namespace) -> int:
-    dir_ = Path(args.dir)
+def status(dir_: Path, *, as_json: bool = False) -> int:
+    """Print each peer's process and overlay state (a table, or JSON); 0 when all are ready."""
     data = _read(dir_)
 
     async def main() -> list[dict[str, Any]]:
@@ -374,7 +398,7 @@ def _status(args: argparse.Namespace) -> int:
         return rows
 
     rows = trio.run(main)
-    if args.json:
+    if as_json:
         print(json.dumps({"peers": rows}, indent=2))
     else:
         print(
@@ -417,13 +441,14 @@ def _stop_all(pids: list[int], quiet: bool = False, grace_s: float = 10.0) -> li
     return killed
 
 
-def _down(args: argparse.Namespace) -> int:
-    if not (math.isfinite(args.grace) and args.grace >= 0):
-        raise LocalProtocolError(f"--grace must be a number of seconds >= 0, got {args.grace}")
-    dir_ = Path(args.dir)
+def down(dir_: Path, grace_s: float = 10.0) -> int:
+    """Stop every peer of the swarm in ``dir_``: SIGTERM (a graceful leave), SIGKILL after
+    ``grace_s``; print what was stopped."""
+    if not (math.isfinite(grace_s) and grace_s >= 0):
+        raise LocalProtocolError(f"--grace must be a number of seconds >= 0, got {grace_s}")
     data = _read(dir_)
     running = [p for p in data["peers"] if _running(p)]
-    killed = _stop_all([p["pid"] for p in running], grace_s=args.grace)
+    killed = _stop_all([p["pid"] for p in running], grace_s=grace_s)
     if running:
         data["stopped"] = time.time()
         _write(dir_, data)
@@ -433,59 +458,3 @@ def _down(args: argparse.Namespace) -> int:
         json.dumps({"stopped": len(running), "killed_after_grace": len(killed), "dir": str(dir_)})
     )
     return 0
-
-
-def add_dht_arguments(parser: argparse.ArgumentParser, *, dht_default: str | None) -> None:
-    """``--dht``, ``--lookup`` and ``--root-cache`` of ``peer start`` and ``swarm up``."""
-    parser.add_argument(
-        "--dht",
-        choices=DHTS,
-        default=dht_default,
-        help="the DHT under the overlay"
-        + ("" if dht_default else " (default: the one saved in --state, else pastry)")
-        + "; every peer of a swarm must use the same",
-    )
-    parser.add_argument(
-        "--lookup",
-        choices=LOOKUP_MODES,
-        default="iterative",
-        help="Kademlia routing: iterative lookups from the origin, or hop by hop",
-    )
-    parser.add_argument(
-        "--root-cache",
-        type=int,
-        default=ROOT_CACHE,
-        metavar="N",
-        help="Kademlia iterative lookups: roots remembered for the N most recently used keys "
-        "(0: a lookup per routed message)",
-    )
-
-
-def add_swarm_parser(top: Any) -> None:
-    swarm = top.add_parser("swarm", help="a local swarm of peers as background processes")
-    acts = swarm.add_subparsers(dest="swarm_command", required=True, metavar="ACTION")
-    up = acts.add_parser(
-        "up",
-        help="start N peers on 127.0.0.1; returns once the swarm is ready (on the directory "
-        "of a stopped swarm: restarts its peers, same ids)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    up.add_argument("-n", type=int, required=True, help="number of peers")
-    up.add_argument("--dir", required=True, help="swarm directory (state, logs, swarm.json)")
-    up.add_argument("--base-port", type=int, default=7400, help="peer i listens on base-port + i")
-    up.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
-    up.add_argument("--capacity", type=int, default=100, help="leaf capacity before a split")
-    add_dht_arguments(up, dht_default="pastry")
-    up.add_argument(
-        "--timeout", type=float, default=120.0, help="seconds to wait for the swarm to be ready"
-    )
-    up.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    up.set_defaults(func=_up)
-    st = acts.add_parser("status", help="each peer's process and overlay state")
-    st.add_argument("--dir", required=True)
-    st.add_argument("--json", action="store_true")
-    st.set_defaults(func=_status)
-    down = acts.add_parser("down", help="stop every peer (graceful leave, then SIGKILL)")
-    down.add_argument("--dir", required=True)
-    down.add_argument("--grace", type=float, default=10.0, help="seconds before SIGKILL")
-    down.set_defaults(func=_down)

@@ -22,16 +22,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rangecast.dht.errors import LocalProtocolError
-from rangecast.pubsub.node import EventDelivered, OverlayConfig, SubscriptionInstalled
+from rangecast.pubsub.node import OverlayConfig
 from rangecast.pubsub.peer import OverlayPeer
-from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
-from rangecast.pubsub.subscription import Subscription
 from rangecast.sim.engine import Simulator
 from rangecast.sim.network import SimNetwork
 from rangecast.sim.options import non_negative_float, positive_float
-from rangecast.sim.scenario import OnDht, Scenario, SubstrateResult, param
-from rangecast.sim.thesis_experiment import MatchOracle
-from rangecast.sim.workload import THESIS_WORKLOAD, Workload
+from rangecast.sim.pubsub_scenario import (
+    MatchOracle,
+    PubSubScenario,
+    ReplicatedResult,
+    lost_subscriptions,
+)
+from rangecast.sim.scenario import OnDht, param
 
 REPLICA_KINDS = ("ReplicaPut", "ReplicaOp", "ReplicaDrop")
 #: The DHT's own repair traffic: Pastry's leaf-set and row requests; Kademlia's lookups (which,
@@ -104,45 +106,10 @@ class ChurnParams(OnDht):
             raise LocalProtocolError("--duration-s must be > 0")
 
 
-class Receipts:
-    """The application events of a churn run: installs, and who received which event (a
-    second receipt of the same event by the same subscription is a repeat)."""
-
-    def __init__(self) -> None:
-        self.installed: dict[tuple[int, int], float] = {}
-        #: (eid) -> {(subscriber index, sid)}
-        self.received: dict[int, set[tuple[int, int]]] = {}
-        self.repeats = 0
-
-    def __call__(self, i: int, events: list[Any]) -> None:
-        for ev in events:
-            if isinstance(ev, EventDelivered):
-                got = self.received.setdefault(ev.event.eid, set())
-                for sid in ev.sids:
-                    if (i, sid) in got:
-                        self.repeats += 1
-                    else:
-                        got.add((i, sid))
-            elif isinstance(ev, SubscriptionInstalled):
-                self.installed[(i, ev.sid)] = ev.now
-
-
-def _kinds(sim: Simulator, kinds: tuple[str, ...]) -> tuple[int, int]:
-    msgs = byts = 0
-    for k in kinds:
-        tc = sim.stats.by_type.get(k)
-        if tc is not None:
-            msgs += tc.messages
-            byts += tc.bytes
-    return msgs, byts
-
-
 @dataclass(kw_only=True, slots=True)
-class ChurnResult(SubstrateResult):
+class ChurnResult(ReplicatedResult):
     """What both kinds of churn run report."""
 
-    nodes: int
-    replicas: int
     subscriptions: int
     subscriptions_installed: int
     #: Live subscribers' subscriptions with a piece no live peer holds any more.
@@ -196,29 +163,31 @@ class CrashResult(ChurnResult):
         )
 
 
-class ChurnBase(Scenario[ChurnParams, ChurnResult]):
+def _kinds(sim: Simulator, kinds: tuple[str, ...]) -> tuple[int, int]:
+    msgs = byts = 0
+    for k in kinds:
+        tc = sim.stats.by_type.get(k)
+        if tc is not None:
+            msgs += tc.messages
+            byts += tc.bytes
+    return msgs, byts
+
+
+class ChurnBase(PubSubScenario[ChurnParams, ChurnResult]):
     """Set-up of the churn runs: replicating pub/sub peers on a DHT with failure detection on
     (keep-alives and hop acks), thesis-workload subscriptions and events."""
 
     name = "churn"
     reportable = False
-    tables = OverlayPeer.TABLES
     params_type = ChurnParams
 
     def setup(self) -> None:
-        self.schema = THESIS_SCHEMA
-        self.gen = Workload(self.schema, THESIS_WORKLOAD, self.stream("workload-layout"))
         super().setup()
         # The churn run log's nodes table has always left capacities out (-1).
         self.capacities = None
-        self.peers: list[OverlayPeer] = self.net.cores  # type: ignore[assignment]
-        self.got = Receipts()
-        self.sim.on_events = self.got
 
-    def stack(self) -> dict[str, Any]:
-        p = self.params
-        overlay = replace(p.overlay, replicas=p.replicas)
-        return self.pubsub_stack(SchemaRegistry((THESIS_SCHEMA,)), overlay)
+    def overlay_config(self) -> OverlayConfig:
+        return replace(self.params.overlay, replicas=self.params.replicas)
 
     def overlay_totals(self, peers: list[int], counters: tuple[str, ...]) -> dict[str, int]:
         totals: dict[str, int] = {}
@@ -248,55 +217,34 @@ class Churn(ChurnBase):
 
     def workload(self) -> None:
         params, sim, say, peers, got = self.params, self.sim, self.say, self.peers, self.got
-        schema, gen = self.schema, self.gen
+        gen = self.gen
         # ---- subscriptions
         self.n_subs = n_subs = max(1, round(params.nodes * params.subs_per_node))
         sub_rng = self.stream("subscriptions")
-        subs: list[Subscription] = []
-        self.owners = owners = list[tuple[int, int]]()
-
-        def do_subscribe(i: int, sub: Subscription) -> None:
-            sid = peers[i].overlay.subscribe(sub, sim.now)
-            subs.append(sub)
-            owners.append((i, sid))
-            sim.poke(i)
-
         t = sim.now
         for _ in range(n_subs):
             t += sub_rng.expovariate(1000.0 / params.sub_gap_ms)
             who = sub_rng.randrange(params.nodes)
-            sim.call_at(t, do_subscribe, who, gen.subscription(sub_rng))
+            sim.call_at(t, self.subscribe, who, gen.subscription(sub_rng))
         say(f"installing {n_subs:,} subscriptions")
         say.phase("installing", n_subs, lambda: len(got.installed), "subs")
         sim.run(until=t + params.settle_s)
         say.end()
-        self.installed = sum(1 for o in owners if o in got.installed)
+        self.installed = sum(1 for o in self.owners if o in got.installed)
         self.install_msgs = _kinds(sim, REPLICA_KINDS)
 
         # ---- the crash
         n_fail = round(params.fail_fraction * params.nodes)
-        self.crashed = crashed = set(self.stream("crash").sample(range(params.nodes), n_fail))
+        crashed = set(self.stream("crash").sample(range(params.nodes), n_fail))
         self.whole_sets = _whole_sets_lost(peers, self.net, crashed, params.replicas)
         self.before = (_kinds(sim, REPLICA_KINDS), _kinds(sim, DHT_REPAIR_KINDS))
-        for i in sorted(crashed):
-            sim.crash(i)
         say(f"crashed {n_fail} peers at once; repairing for {params.repair_s:.0f} simulated s")
-        t0 = sim.now
-        say.phase("repairing", params.repair_s, lambda: sim.now - t0, "sim s")
-        sim.run(until=sim.now + params.repair_s)
-        say.end()
+        self.crash(crashed, params.repair_s)
         self.live = live = [i for i in range(params.nodes) if i not in crashed]
 
         # ---- events
         pub_rng = self.stream("events")
-        self.live_subs = live_subs = [j for j, (i, _) in enumerate(owners) if i not in crashed]
-        oracle = MatchOracle(schema, [subs[j] for j in live_subs])
-        self.expected = expected = dict[int, list[tuple[int, int]]]()
-
-        def do_publish(values: tuple[float | None, ...], i: int) -> None:
-            eid = peers[i].overlay.publish(schema.name, values, sim.now)
-            expected[eid] = [owners[live_subs[j]] for j in oracle.matches(values)]
-            sim.poke(i)
+        self.oracle_over_live()
 
         def do_join(j: int, contact: int) -> None:
             peers[j].dht.join(sim.addrs[contact], sim.now)
@@ -305,7 +253,8 @@ class Churn(ChurnBase):
         t = sim.now
         for _ in range(params.events):
             t += pub_rng.expovariate(1000.0 / params.pub_gap_ms)
-            sim.call_at(t, do_publish, gen.event(pub_rng), live[pub_rng.randrange(len(live))])
+            values = gen.event(pub_rng)
+            sim.call_at(t, self.publish, live[pub_rng.randrange(len(live))], values)
         # Joins spread over the publication: the tree nodes they become root of change hands
         # while events are probing them.
         join_rng = self.stream("joins")
@@ -316,20 +265,13 @@ class Churn(ChurnBase):
             f"publishing {params.events:,} events"
             + (f", {len(self.joiners)} peers joining" if self.joiners else "")
         )
-        say.phase("publishing", params.events, lambda: len(expected), "events")
+        say.phase("publishing", params.events, lambda: len(self.expected), "events")
         sim.run(until=t + 30.0)
         say.end()
 
     def check(self) -> CrashResult:
-        params, sim, peers, got = self.params, self.sim, self.peers, self.got
-        want_total = hit = false_pos = 0
-        for eid, pairs in self.expected.items():
-            want = set(pairs)
-            have = got.received.get(eid, set())
-            want_total += len(want)
-            hit += len(want & have)
-            false_pos += len(have - want)
-        lost = lost_subscriptions(peers, self.crashed, self.owners)
+        params, sim, peers = self.params, self.sim, self.peers
+        v = self.verdict()
         after_repl = _kinds(sim, REPLICA_KINDS)
         after_dht = _kinds(sim, DHT_REPAIR_KINDS)
         before_repl, before_dht = self.before
@@ -349,17 +291,17 @@ class Churn(ChurnBase):
             nodes=params.nodes,
             replicas=params.replicas,
             fail_fraction=params.fail_fraction,
-            crashed=len(self.crashed),
+            crashed=len(self.dead),
             subscriptions=self.n_subs,
             subscriptions_installed=self.installed,
             subscriptions_live=len(self.live_subs),
-            subscriptions_lost=lost,
+            subscriptions_lost=self.lost(),
             events=params.events,
-            expected_deliveries=want_total,
-            deliveries=hit,
-            delivery_recall=hit / want_total if want_total else 1.0,
-            duplicates=got.repeats,
-            false_positives=false_pos,
+            expected_deliveries=v.expected_deliveries,
+            deliveries=v.deliveries,
+            delivery_recall=v.deliveries / v.expected_deliveries if v.expected_deliveries else 1.0,
+            duplicates=v.duplicates,
+            false_positives=v.false_positives,
             repair_messages=after_repl[0] - before_repl[0],
             repair_bytes=after_repl[1] - before_repl[1],
             dht_repair_messages=after_dht[0] - before_dht[0],
@@ -406,33 +348,6 @@ def _whole_sets_lost(
                     pieces += len(node.index)
                     break
     return sets, pieces
-
-
-def lost_subscriptions(
-    peers: list[OverlayPeer], crashed: set[int], owners: list[tuple[int, int]]
-) -> int:
-    """Live subscribers' subscriptions with a piece no live peer holds at a leaf."""
-    held: set[tuple[bytes, int, int, int]] = set()
-    for i, p in enumerate(peers):
-        if i in crashed:
-            continue
-        for table in (p.overlay.nodes, p.overlay.replicas):
-            for node in table.values():
-                if node.index is not None:
-                    for s in node.index:
-                        held.add((s.subscriber.id, s.sid, s.gen, s.piece))
-    lost = 0
-    for i, sid in owners:
-        if i in crashed:
-            continue
-        ov = peers[i].overlay
-        rec = ov._subs.get(sid)
-        if rec is None:
-            continue
-        me = ov.dht.me.handle.id
-        if any((me, sid, piece.gen, piece.piece) not in held for piece in rec.pieces):
-            lost += 1
-    return lost
 
 
 @dataclass(kw_only=True, slots=True)
@@ -488,18 +403,11 @@ class ContinuousChurn(ChurnBase):
         rate = math.log(2) / params.session_median_s  # exponential sessions with this median
         life_rng = self.stream("sessions")
         sub_rng = self.stream("subscriptions")
-        self.subs = subs = list[Subscription]()
-        self.owners = owners = list[tuple[int, int]]()
         self.arrivals = self.departures = 0
 
         def subscribe(i: int) -> None:
-            if not sim.alive[i] or peers[i].dht.state.value != "ready":
-                return
-            sub = gen.subscription(sub_rng)
-            sid = peers[i].overlay.subscribe(sub, sim.now)
-            subs.append(sub)
-            owners.append((i, sid))
-            sim.poke(i)
+            if sim.alive[i] and peers[i].dht.state.value == "ready":
+                self.subscribe(i, gen.subscription(sub_rng))
 
         def end_session(i: int) -> None:
             sim.crash(i)

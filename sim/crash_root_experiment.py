@@ -10,17 +10,13 @@ alive when it was published: with k >= 2 nothing may be missed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.pubsub.base import OverlayConfig
-from rangecast.pubsub.peer import OverlayPeer
-from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
-from rangecast.sim.churn_experiment import Receipts, lost_subscriptions
 from rangecast.sim.options import positive_float
-from rangecast.sim.scenario import OnDht, Scenario, SubstrateResult, Verdict, flat, param
-from rangecast.sim.thesis_experiment import MatchOracle
-from rangecast.sim.workload import THESIS_WORKLOAD, Workload
+from rangecast.sim.pubsub_scenario import PubSubScenario, ReplicatedResult
+from rangecast.sim.scenario import OnDht, Verdict, flat, param
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +37,11 @@ class CrashRootParams(OnDht):
 
 
 @dataclass(kw_only=True, slots=True)
-class CrashRootResult(SubstrateResult):
-    nodes: int
-    replicas: int
+class CrashRootResult(ReplicatedResult):
+    verdict: Verdict = flat()
     crashed_peer: int
     pieces_at_crashed_root: int
     events: int
-    verdict: Verdict = flat()
     subscriptions_lost: int
 
     def succeeded(self) -> bool:
@@ -64,75 +58,38 @@ class CrashRootResult(SubstrateResult):
         )
 
 
-class CrashRoot(Scenario[CrashRootParams, CrashRootResult]):
+class CrashRoot(PubSubScenario[CrashRootParams, CrashRootResult]):
     name = "crash-root"
-    tables = OverlayPeer.TABLES
     command = ("run", "crash-root")
     help = "crash the peer hosting the busiest tree node mid-run; check every delivery"
     params_type = CrashRootParams
 
-    def stack(self) -> dict[str, object]:
-        overlay = replace(OverlayConfig(), replicas=self.params.replicas)
-        return self.pubsub_stack(SchemaRegistry((THESIS_SCHEMA,)), overlay)
+    def overlay_config(self) -> OverlayConfig:
+        return OverlayConfig(replicas=self.params.replicas)
 
     def workload(self) -> None:
-        p, sim, peers = self.params, self.sim, self.net.cores
-        self.got = got = Receipts()
-        sim.on_events = got
-        gen = Workload(THESIS_SCHEMA, THESIS_WORKLOAD, self.stream("workload-layout"))
-        rng, self.owners, subs = self.stream("workload"), list[tuple[int, int]](), []
-        for _ in range(round(p.nodes * p.subs_per_node)):
-            i, sub = rng.randrange(p.nodes), gen.subscription(rng)
-            self.owners.append((i, peers[i].overlay.subscribe(sub, sim.now)))  # type: ignore[attr-defined]
-            subs.append(sub)
-            sim.poke(i)
-            sim.run(until=sim.now + 0.02)
-        sim.run(until=sim.now + 30.0)  # installs, splits and replicas settle
-        self.expected: dict[int, set[tuple[int, int]]] = {}
-
-        def publish(count: int, dead: set[int]) -> None:
-            live = [j for j, (i, _) in enumerate(self.owners) if i not in dead]
-            oracle = MatchOracle(THESIS_SCHEMA, [subs[j] for j in live])
-            for _ in range(count):
-                i, values = rng.choice([i for i in range(p.nodes) if i not in dead]), gen.event(rng)
-                eid = peers[i].overlay.publish(THESIS_SCHEMA.name, values, sim.now)  # type: ignore[attr-defined]
-                self.expected[eid] = {self.owners[live[j]] for j in oracle.matches(values)}
-                sim.poke(i)
-                sim.run(until=sim.now + 0.05)
-            sim.run(until=sim.now + 30.0)
-
-        publish(p.events // 2, set())
+        p, rng = self.params, self.stream("workload")
+        self.install(round(p.nodes * p.subs_per_node), rng)
+        self.publish_events(p.events // 2, rng)
         # The busiest tree node: the one holding the most subscription pieces; crash its root.
         self.pieces, self.victim = max(
             (len(node.index), i)
-            for i, peer in enumerate(peers)
-            for node in peer.overlay.nodes.values()  # type: ignore[attr-defined]
+            for i, peer in enumerate(self.peers)
+            for node in peer.overlay.nodes.values()
             if node.index is not None
         )
         self.say(f"crashing peer {self.victim}, root of a tree node of {self.pieces} pieces")
-        sim.crash(self.victim)
-        sim.run(until=sim.now + p.repair_s)
-        publish(p.events - p.events // 2, {self.victim})
+        self.crash({self.victim}, p.repair_s)
+        self.publish_events(p.events - p.events // 2, rng)
 
     def check(self) -> CrashRootResult:
-        p, got = self.params, self.got
-        want = sum(len(w) for w in self.expected.values())
-        hit = sum(len(w & got.received.get(e, set())) for e, w in self.expected.items())
-        extra = sum(len(got.received.get(e, set()) - w) for e, w in self.expected.items())
-        peers = self.net.cores
         return CrashRootResult(
-            nodes=p.nodes,
-            replicas=p.replicas,
+            nodes=self.params.nodes,
+            replicas=self.params.replicas,
             crashed_peer=self.victim,
             pieces_at_crashed_root=self.pieces,
             events=len(self.expected),
-            verdict=Verdict(
-                expected_deliveries=want,
-                deliveries=hit,
-                missed=want - hit,
-                duplicates=got.repeats,
-                false_positives=extra,
-            ),
-            subscriptions_lost=lost_subscriptions(peers, {self.victim}, self.owners),  # type: ignore[arg-type]
+            verdict=self.verdict(),
+            subscriptions_lost=self.lost(),
             **self.common_fields(),
         )

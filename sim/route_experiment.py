@@ -27,7 +27,7 @@ from rangecast.sim.percentiles import percentile
 from rangecast.sim.scenario import (
     OnDht,
     Scenario,
-    SubstrateResult,
+    TimedResult,
     dht_fields_of,
     optional,
     param,
@@ -66,9 +66,7 @@ class RouteParams(OnDht):
     )
 
     def check(self) -> None:
-        self.check_common()
-        if self.nodes < 1:
-            raise LocalProtocolError("--nodes must be at least 1")
+        self.check_common(nodes=self.nodes)
         if self.lookups < 0:
             raise LocalProtocolError("--lookups must be >= 0")
         if self.bootstrap not in ("oracle", "join"):
@@ -129,10 +127,7 @@ class _LookupLog:
 
 
 @dataclass(kw_only=True, slots=True)
-class RouteResult(SubstrateResult):
-    WALL_FIELDS = ("wall_s", "sim_messages_per_s", "wall_phases_s")
-
-    nodes: int
+class RouteResult(TimedResult):
     lookups: int
     bootstrap: str
     keepalives: bool

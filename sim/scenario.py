@@ -28,6 +28,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.node import PastryNode
 from rangecast.dht.wire import MessageTable, codec_for
@@ -102,10 +103,12 @@ class OnDht:
     #: Kademlia iterative lookups: roots remembered per node (0: a lookup per message).
     root_cache: int = dht_param(ROOT_CACHE)
 
-    def check_common(self) -> None:
-        """Refuse non-finite numbers (``check_finite``), an unknown DHT or lookup mode, or a
-        negative root cache."""
+    def check_common(self, nodes: int | None = None) -> None:
+        """Refuse non-finite numbers (``check_finite``), an unknown DHT or lookup mode, a
+        negative root cache and, given the run's node count ``nodes``, an empty network."""
         check_finite(self)
+        if nodes is not None and nodes < 1:
+            raise LocalProtocolError("--nodes must be at least 1")
         dht_config(self.dht, lookup=self.lookup, root_cache=self.root_cache)
 
 
@@ -508,6 +511,16 @@ class SubstrateResult(RunResult):
     root_cache: int | None
 
 
+@dataclass(kw_only=True, slots=True)
+class TimedResult(SubstrateResult):
+    """A run of ``nodes`` simulated nodes timed by phase: its ``wall_phases_s`` and
+    ``sim_messages_per_s`` (fields of the subclass) depend on the machine, not on the seed."""
+
+    WALL_FIELDS = ("wall_s", "sim_messages_per_s", "wall_phases_s")
+
+    nodes: int
+
+
 __all__ = [
     "DHT",
     "LATENCY_HELP",
@@ -520,6 +533,7 @@ __all__ = [
     "RunResult",
     "Scenario",
     "SubstrateResult",
+    "TimedResult",
     "Verdict",
     "build_params",
     "check_finite",

@@ -42,20 +42,19 @@ from rangecast.pubsub.node import (
     PieceStored,
     SubscriptionInstalled,
 )
-from rangecast.pubsub.peer import OverlayPeer
-from rangecast.pubsub.schema import THESIS_SCHEMA, Schema, SchemaRegistry
+from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
 from rangecast.pubsub.subscription import Subscription
 from rangecast.sim import runlog
 from rangecast.sim.engine import Simulator
 from rangecast.sim.network import DhtConfig, dht_config
 from rangecast.sim.options import missing_value, positive_float
 from rangecast.sim.percentiles import ordered_sum, percentile
+from rangecast.sim.pubsub_scenario import MatchOracle, PubSubScenario
 from rangecast.sim.scenario import (
     LATENCY_HELP,
     OnDht,
     Option,
-    Scenario,
-    SubstrateResult,
+    TimedResult,
     Verdict,
     dht_fields_of,
     flat,
@@ -127,9 +126,7 @@ class ThesisParams(OnDht):
     )
 
     def check(self) -> None:
-        self.check_common()
-        if self.nodes < 1:
-            raise LocalProtocolError("--nodes must be at least 1")
+        self.check_common(nodes=self.nodes)
         if self.subs_per_node <= 0 or self.events < 0:
             raise LocalProtocolError("--subs-per-node must be > 0 and --events >= 0")
         if self.partial not in ("strict", "lenient"):
@@ -187,52 +184,6 @@ def thesis_comparison(params: ThesisParams, subscriptions: int, events: int) -> 
     if (params.sub_gap_ms, params.pub_gap_ms) != (t.sub_gap_ms, t.pub_gap_ms):
         diffs.append("arrival gaps differ from the thesis' (2 s, 1 s)")
     return {"applies": not diffs, "differences": diffs}
-
-
-class MatchOracle:
-    """Brute force: which subscriptions match an event. Independent of the overlay.
-
-    Subscriptions are columns of bound arrays, one row per attribute; an event is one
-    vectorised comparison per attribute over all of them. An open bound is stored as the next
-    float inward (``v > lo`` is ``v >= nextafter(lo, +inf)`` for every float ``v``), so each
-    attribute costs two comparisons instead of the four an open/closed flag would need; an
-    empty open bound at infinity becomes NaN, which nothing satisfies.
-    """
-
-    def __init__(self, schema: Schema, subs: Sequence[Subscription]) -> None:
-        n_attr = len(schema.attributes)
-        n = len(subs)
-        self.strict = schema.partial == "strict"
-        present = np.zeros((n_attr, n), dtype=bool)
-        lo = np.full((n_attr, n), -np.inf)
-        hi = np.full((n_attr, n), np.inf)
-        lo_open = np.zeros((n_attr, n), dtype=bool)
-        hi_open = np.zeros((n_attr, n), dtype=bool)
-        for j, sub in enumerate(subs):
-            for a, r in sub.ranges:
-                present[a, j] = True
-                lo[a, j] = r.lo
-                hi[a, j] = r.hi
-                lo_open[a, j] = r.lo_open
-                hi_open[a, j] = r.hi_open
-        with np.errstate(invalid="ignore"):
-            self.lo = np.where(lo_open, np.nextafter(lo, np.inf), lo)
-            self.hi = np.where(hi_open, np.nextafter(hi, -np.inf), hi)
-        self.lo[lo_open & (lo == np.inf)] = np.nan
-        self.hi[hi_open & (hi == -np.inf)] = np.nan
-        self.absent = ~present
-        self.n = n
-
-    def matches(self, values: Sequence[float | None]) -> np.ndarray:
-        """Indices (ascending) of the subscriptions ``values`` matches."""
-        ok = np.ones(self.n, dtype=bool)
-        for a, v in enumerate(values):
-            if v is None:
-                if self.strict:
-                    ok &= self.absent[a]
-                continue
-            ok &= ((self.lo[a] <= v) & (v <= self.hi[a])) | self.absent[a]
-        return np.flatnonzero(ok)
 
 
 def _summary(values: Sequence[float] | np.ndarray, with_max: bool = False) -> dict[str, float]:
@@ -494,10 +445,7 @@ def _dht_totals(nodes: Sequence[Any]) -> dict[str, int]:
 
 
 @dataclass(kw_only=True, slots=True)
-class ThesisResult(SubstrateResult):
-    WALL_FIELDS = ("wall_s", "sim_messages_per_s", "wall_phases_s")
-
-    nodes: int
+class ThesisResult(TimedResult):
     subscriptions: int
     installed: int
     events: int
@@ -615,12 +563,11 @@ class ThesisResult(SubstrateResult):
         return "\n".join(lines)
 
 
-class Thesis(Scenario[ThesisParams, ThesisResult]):
+class Thesis(PubSubScenario[ThesisParams, ThesisResult]):
     """``inspect`` is called once the events have been delivered, before the oracle check, with
     the run's live state by name (``bench/memory.py`` measures where the memory goes)."""
 
     name = "thesis"
-    tables = OverlayPeer.TABLES
     command = ("run", "thesis")
     help = "the thesis' evaluation workload, every delivery checked by a brute-force oracle"
     params_type = ThesisParams
@@ -647,7 +594,15 @@ class Thesis(Scenario[ThesisParams, ThesisResult]):
         # churn experiment instead, which switches failure detection on).
         self.overlay_cfg = replace(params.overlay, load_balancing=params.lb, replicas=1)
         super().setup()
-        self.peers: list[OverlayPeer] = self.net.cores  # type: ignore[assignment]
+        self.phases["setup"] = self.elapsed()
+        say(
+            f"{params.nodes} nodes ({self.model.name}); schema {self.schema.name} "
+            f"({self.schema.partial}); load balancing {'on' if params.lb else 'off'}"
+        )
+
+    def prepare_workload(self) -> None:
+        # The thesis' own bookkeeping: deliveries in arrays, not the harness' sets (10^8 pairs).
+        params = self.params
         index_of_id = {self.net.space.to_bytes(p.id): i for i, p in enumerate(self.net.peers)}
         self.n_subs = max(1, round(params.nodes * params.subs_per_node))
         self.deliveries = _Deliveries(self.n_subs)
@@ -655,11 +610,6 @@ class Thesis(Scenario[ThesisParams, ThesisResult]):
         self.collector.sim = self.sim
         self.sim.on_events = self.collector
         self.trees = runlog.TreeSnapshots()
-        self.phases["setup"] = self.elapsed()
-        say(
-            f"{params.nodes} nodes ({self.model.name}); schema {self.schema.name} "
-            f"({self.schema.partial}); load balancing {'on' if params.lb else 'off'}"
-        )
 
     def dht_config(self) -> DhtConfig:
         # No churn in this experiment: leaf-set keep-alives and hop acknowledgements would

@@ -1,0 +1,75 @@
+"""``rangecast swarm up|status|down``: the parser of runtime.swarm's local swarm of peers.
+
+The defaults of ``up`` are ``SwarmSpec``'s; ``--dht``, ``--lookup`` and ``--root-cache`` come
+from the one builder every command uses (cli.options.add_dht_options, as ``peer start``'s)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rangecast.cli.options import add_dht_options
+from rangecast.runtime import swarm
+from rangecast.runtime.swarm import SwarmSpec
+
+
+def _up(args: argparse.Namespace) -> int:
+    return swarm.up(
+        SwarmSpec(
+            n=args.n,
+            dir=Path(args.dir),
+            base_port=args.base_port,
+            schema=args.schema,
+            capacity=args.capacity,
+            dht=args.dht,
+            lookup=args.lookup,
+            root_cache=args.root_cache,
+            timeout=args.timeout,
+            quiet=args.quiet,
+        )
+    )
+
+
+def _status(args: argparse.Namespace) -> int:
+    return swarm.status(Path(args.dir), as_json=args.json)
+
+
+def _down(args: argparse.Namespace) -> int:
+    return swarm.down(Path(args.dir), grace_s=args.grace)
+
+
+def add_swarm_parser(top: Any) -> None:
+    """``swarm`` and its actions, under the top-level subparsers ``top``."""
+    parser = top.add_parser("swarm", help="a local swarm of peers as background processes")
+    acts = parser.add_subparsers(dest="swarm_command", required=True, metavar="ACTION")
+    up = acts.add_parser(
+        "up",
+        help="start N peers on 127.0.0.1; returns once the swarm is ready (on the directory "
+        "of a stopped swarm: restarts its peers, same ids)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    spec = SwarmSpec  # the defaults
+    up.add_argument("-n", type=int, required=True, help="number of peers")
+    up.add_argument("--dir", required=True, help="swarm directory (state, logs, swarm.json)")
+    port_help = "peer i listens on base-port + i"
+    up.add_argument("--base-port", type=int, default=spec.base_port, help=port_help)
+    up.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
+    cap_help = "leaf capacity before a split"
+    up.add_argument("--capacity", type=int, default=spec.capacity, help=cap_help)
+    add_dht_options(up, dht=spec.dht, root_cache=spec.root_cache, peer=True)
+    wait_help = "seconds to wait for the swarm to be ready"
+    up.add_argument("--timeout", type=float, default=spec.timeout, help=wait_help)
+    up.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    up.set_defaults(func=_up)
+    st = acts.add_parser("status", help="each peer's process and overlay state")
+    st.add_argument("--dir", required=True)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_status)
+    down = acts.add_parser("down", help="stop every peer (graceful leave, then SIGKILL)")
+    down.add_argument("--dir", required=True)
+    down.add_argument("--grace", type=float, default=10.0, help="seconds before SIGKILL")
+    down.set_defaults(func=_down)
+
+
+__all__ = ["add_swarm_parser"]
