@@ -653,9 +653,7 @@ class Broker:
         local: list[int] = []
         targets: set[int] = set()
         tid = msg.tid if ov.config.tid_routing else None
-        for sid, e in prt.items():
-            if not matches(e.box, values):
-                continue
+        for sid, e in prt.matching(values):
             h = e.lasthop
             if h == LOCAL:
                 local.append(sid)

@@ -314,9 +314,10 @@ class BrokerNetwork:
     def _command(self, v: int, cmd: ClientCommand) -> None:
         if cmd.op == PAUSE:
             self.clients.pause(cmd.client)
-            if self.migration_ad is None:
+            hand_over = self.migration_ad
+            if hand_over is None:
                 raise LocalProtocolError("a migration, but no system handles it")
-            self.act(cmd.broker, lambda b, now: self.migration_ad(b, cmd, now))
+            self.act(cmd.broker, lambda b, now: hand_over(b, cmd, now))
         elif cmd.op == RESUME:
             if self.on_resume is None:
                 raise LocalProtocolError("a migration, but no system handles it")
