@@ -183,10 +183,17 @@ class SentIndex:
 
     def coverer(self, box: Box) -> int | None:
         """A forwarded subscription covering ``box``, or None."""
-        lo0 = box.dims[0][0]
+        lo0, hi0, _, hi0_open = box.dims[0]
+        free = box.free
         sent = self.sent
         for _, sid in self._by_lo.irange(maximum=(lo0, 1 << 64)):
-            if covers(sent[sid], box):
+            s = sent[sid]
+            # Cheap refusals first (the scan is the set-up's hot path): a box closed at hi0
+            # holds hi0, which a box ending below it lacks; a missing value is accepted only
+            # on a free attribute.
+            if (s.dims[0][1] < hi0 and not hi0_open) or free & ~s.free:
+                continue
+            if covers(s, box):
                 return sid
         return None
 
