@@ -563,11 +563,16 @@ class Broker:
         if ov.config.sub_mode == FLOOD:
             targets: Sequence[int] = ov.neighbours
         else:
-            hops = {
-                a.lasthop
-                for a in ov.tables.srt.values()
-                if a.lasthop != LOCAL and overlaps(a.box, e.box)
-            }
+            # Hot at set-up (every hop of every subscription scans the SRT): test an ad only
+            # if its lasthop is not a target yet, and stop once every neighbour is one.
+            hops: set[int] = set()
+            box, n_max = e.box, len(ov.neighbours)
+            for a in ov.tables.srt.values():
+                h = a.lasthop
+                if h != LOCAL and h not in hops and overlaps(a.box, box):
+                    hops.add(h)
+                    if len(hops) == n_max:
+                        break
             targets = sorted(hops)
         msg: Subscribe | None = None
         for n in targets:
@@ -653,9 +658,7 @@ class Broker:
         local: list[int] = []
         targets: set[int] = set()
         tid = msg.tid if ov.config.tid_routing else None
-        for sid, e in prt.items():
-            if not matches(e.box, values):
-                continue
+        for sid, e in prt.matching(values):
             h = e.lasthop
             if h == LOCAL:
                 local.append(sid)

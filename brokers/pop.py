@@ -322,7 +322,12 @@ class PopStrategy(Tracing):
         self, broker: Broker, ad: int, frm: int, up: float, path: tuple[Node, ...], now: float
     ) -> None:
         table = self.pp.get(ad) or PPTable(broker.id)
-        dec = rrm_step(table, frm, up, path, ad in self.publishers and frm == broker.id)
+        is_source = ad in self.publishers and frm == broker.id
+        dec = rrm_step(table, frm, up, path, is_source)
+        if isinstance(dec, Forward) and (dec.to == frm or dec.to in path):
+            # Consistent tables never send the walk back; tables of different ages can (a
+            # migration clears them only along its path): the walk ends where it would turn.
+            dec = Abort() if is_source else Answer(dec.path)
         if isinstance(dec, Forward):
             hops = [int(x) for x in dec.path]  # type: ignore[call-overload]
             broker.send(int(dec.to), Control(self.OVERLAY, OP_RRM, ad, hops, values=[dec.up]), now)  # type: ignore[call-overload]

@@ -58,8 +58,10 @@ def _same_help(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree, from the sub-command modules: ``sim`` (cli.sim, generated from
-    the scenario registry, with ``sim sweep``), ``report`` (cli.report), and the real peers'
-    ``peer``, ``swarm``, ``subscribe`` and ``publish`` (cli.peer)."""
+    the scenario registry, with ``sim sweep``; ``sim compare`` from cli.compare), ``report``
+    (cli.report), and the real peers' ``peer``, ``swarm``, ``subscribe`` and ``publish``
+    (cli.peer)."""
+    from rangecast.cli.compare import add_compare_parser
     from rangecast.cli.peer import add_runtime_parsers
     from rangecast.cli.report import add_report_parser
     from rangecast.cli.sim import add_sim_parser
@@ -71,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rangecast {_version()}")
     top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_sim_parser(top)
+    add_compare_parser(top)
     add_report_parser(top)
     add_runtime_parsers(top)
     _same_help(parser)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rangecast.sim.broker_experiment import Grape, Kyra, Octopia, Padres, Pop, Siena
 from rangecast.sim.churn_experiment import Churn
 from rangecast.sim.crash_root_experiment import CrashRoot
 from rangecast.sim.lbdd_experiment import Lbdd
@@ -15,5 +16,6 @@ from rangecast.sim.scenario import Scenario
 from rangecast.sim.thesis_experiment import Thesis
 
 SCENARIOS: dict[str, type[Scenario[Any, Any]]] = {
-    s.name: s for s in (Route, Thesis, Churn, Lbdd, CrashRoot)
+    s.name: s
+    for s in (Route, Thesis, Churn, Lbdd, CrashRoot, Siena, Padres, Octopia, Kyra, Pop, Grape)
 }

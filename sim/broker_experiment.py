@@ -1,0 +1,786 @@
+"""``rangecast sim run siena|padres|octopia|kyra|pop|grape``: the broker-overlay systems on the
+thesis workload, every delivery checked by the thesis' brute-force oracle.
+
+Same work as ``sim run thesis`` of the same seed and sizes: the same latency model and node
+placement (sim.broker_network), the same schema, and the same subscriptions, subscribers,
+events and publishers, drawn from the same named streams in the same order (``plan``). Every
+node is a broker (but OctopiA's, beyond a multiple of ``--clusters``, whose clients attach to the
+nearest broker); a subscriber is a client at its node, and so is each event's publisher.
+
+Stages: the publishers that will publish advertise (systems with advertisements: PADRES, POP,
+GRAPE, OctopiA), one **full-domain ad** per publisher (the thesis workload's publishers are
+uniform over the nodes, with no content locality an ad could describe: the honest ad is the
+whole domain); subscriptions arrive as in the thesis (exponential gaps, mean 2 s); the network
+settles (the **set-up cost** is every message until then); events are published (gaps of mean
+1 s) and the network settles again. Each (subscription, event) receipt is compared with the
+oracle (``MatchOracle``): missed, duplicates and false deliveries; false-positive *receptions*
+(a broker received a publication it neither delivered nor forwarded) are a broker metric.
+
+The systems (docs/baselines.md has each one's readings):
+
+* ``siena``: the filter-based tree (latency MST, or ``--tree kary``), subscriptions flooded,
+  optional covering;
+* ``padres``: the same tree with advertisements, subscriptions toward overlapping ads;
+* ``pop``, ``grape``: PADRES plus publisher relocation (tracing, the 1-median walk or GRAPE's
+  sessions and choice, the MUM/MCM migration); the driver applies the clients' pause/resume;
+* ``octopia``: a SCOT of ``--clusters`` m copies of a tree shape of n/m regions (brokers assigned
+  to (region, cluster) at random), CIVs, static routing, or IDR with ``--dynamic on`` and
+  per-link queues;
+* ``kyra``: HAC cliques (``--max-distance``, ``--max-size``), k-d zones per clique from an event
+  sample (not the published events) and the clique's subscriptions, T global zones and trees.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from rangecast.brokers import kyra, octopia
+from rangecast.brokers.broker import Broker, RoutingConfig, padres, siena
+from rangecast.brokers.clients import ClientCommand
+from rangecast.brokers.filters import Box
+from rangecast.brokers.grape_strategy import GrapeStrategy
+from rangecast.brokers.graphs import BrokerGraph, hac_cliques, kary_tree, latency_mst
+from rangecast.brokers.messages import BROKER_TABLE
+from rangecast.brokers.migration import Relocation
+from rangecast.brokers.pop import PopStrategy
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.pubsub.schema import THESIS_SCHEMA
+from rangecast.pubsub.subscription import Subscription
+from rangecast.sim import runlog
+from rangecast.sim.broker_network import BrokerNetwork
+from rangecast.sim.latency import latency_model
+from rangecast.sim.options import non_negative_float, positive_float
+from rangecast.sim.percentiles import ordered_sum, percentile
+from rangecast.sim.scenario import (
+    LATENCY_HELP,
+    Part,
+    RunResult,
+    Scenario,
+    Verdict,
+    check_finite,
+    flat,
+    param,
+)
+from rangecast.sim.streams import stream
+from rangecast.sim.thesis_experiment import MatchOracle
+from rangecast.sim.workload import THESIS_WORKLOAD, Workload
+
+__all__ = [
+    "SYSTEMS",
+    "BrokerParams",
+    "BrokerResult",
+    "BrokerScenario",
+    "Grape",
+    "Kyra",
+    "Octopia",
+    "Padres",
+    "Pop",
+    "Siena",
+    "gini",
+    "plan",
+]
+
+SYSTEMS = ("siena", "padres", "octopia", "kyra", "pop", "grape")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerParams:
+    nodes: int = param(500, "nodes, each a broker (OctopiA: but those beyond a multiple of m)")
+    subs_per_node: float = param(5.0, "subscriptions per node on average", type=positive_float)
+    events: int = param(1000, "events to publish")
+    seed: int = param(1, "seed of every random stream")
+    latency: str = param("synthetic", LATENCY_HELP)
+    covering: bool = param(
+        True, "covering on the filter-based trees (siena, padres, pop, grape, kyra)", style="on-off"
+    )
+    tree: str = param(
+        "mst",
+        "the broker tree (siena, padres, pop, grape) and OctopiA's cluster shape: latency MST "
+        "or a balanced k-ary tree (brokers placed at random)",
+        choices=("mst", "kary"),
+    )
+    arity: int = param(2, "k of --tree kary")
+    clusters: int = param(5, "octopia: clusters m of the SCOT")
+    dynamic: bool = param(
+        False, "octopia: dynamic inter-cluster routing (IDR; needs --link-mbps)", style="on-off"
+    )
+    max_distance: float = param(50.0, "kyra: largest RTT (ms) inside a clique", type=positive_float)
+    max_size: int = param(8, "kyra: largest clique")
+    trees: int = param(0, "kyra: global zones and trees T (0: the largest clique's size)")
+    threshold: int = param(
+        100, "pop: traces before the walk (P_threshold); grape: publications per session"
+    )
+    priority: str = param("load", "grape: the priority metric", choices=("load", "delay"))
+    weight: float = param(100.0, "grape: weight of the priority metric, 0-100")
+    link_mbps: float = param(
+        0.0,
+        "per-link output queues of this bandwidth (Mbit/s) at every broker; 0: none",
+        type=non_negative_float,
+    )
+    #: The system; each command fixes it (``SiennaParams`` and the like below).
+    system: str = "siena"
+    sub_gap_ms: float = 2000.0
+    pub_gap_ms: float = 1000.0
+
+    def check(self) -> None:
+        check_finite(self)
+        if self.system not in SYSTEMS:
+            raise LocalProtocolError(f"system is one of {', '.join(SYSTEMS)}, not {self.system!r}")
+        if self.nodes < 2 or self.events < 0 or self.subs_per_node <= 0:
+            raise LocalProtocolError("need --nodes >= 2, --events >= 0, --subs-per-node > 0")
+        if self.arity < 1 or self.max_size < 1 or self.trees < 0 or self.threshold < 1:
+            raise LocalProtocolError("need --arity, --max-size, --threshold >= 1, --trees >= 0")
+        if not 1 <= self.clusters <= self.nodes:
+            raise LocalProtocolError("--clusters must be in [1, --nodes]")
+        if not 0 <= self.weight <= 100:
+            raise LocalProtocolError("--weight must be in [0, 100]")
+        if self.sub_gap_ms <= 0 or self.pub_gap_ms <= 0:
+            raise LocalProtocolError("inter-arrival times must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class SienaParams(BrokerParams):
+    system: str = "siena"
+
+
+@dataclass(frozen=True, slots=True)
+class PadresParams(BrokerParams):
+    system: str = "padres"
+
+
+@dataclass(frozen=True, slots=True)
+class OctopiaParams(BrokerParams):
+    system: str = "octopia"
+
+
+@dataclass(frozen=True, slots=True)
+class KyraParams(BrokerParams):
+    system: str = "kyra"
+
+
+@dataclass(frozen=True, slots=True)
+class PopParams(BrokerParams):
+    system: str = "pop"
+
+
+@dataclass(frozen=True, slots=True)
+class GrapeParams(BrokerParams):
+    system: str = "grape"
+
+
+# ------------------------------------------------------------------------------- workload
+
+
+@dataclass(slots=True)
+class Plan:
+    """The thesis workload of a seed: subscriptions (time, subscriber node, subscription),
+    events and, per event, (gap after the previous one in s, publisher node)."""
+
+    subs: list[tuple[float, int, Subscription]]
+    events: list[tuple[float | None, ...]]
+    pubs: list[tuple[float, int]]
+    gen: Workload
+
+
+def plan(seed: int, nodes: int, subs_per_node: float, events: int,
+         sub_gap_ms: float = 2000.0, pub_gap_ms: float = 1000.0) -> Plan:  # fmt: skip
+    """The draws of ``sim run thesis`` (sim.thesis_experiment), stream by stream and in the
+    same order, so both see the same subscriptions, events and publishers."""
+    gen = Workload(THESIS_SCHEMA, THESIS_WORKLOAD, stream(seed, "workload-layout"))
+    sub_rng = stream(seed, "subscriptions")
+    t = 0.0
+    subs = []
+    for _ in range(max(1, round(nodes * subs_per_node))):
+        t += sub_rng.expovariate(1000.0 / sub_gap_ms)
+        i = sub_rng.randrange(nodes)
+        subs.append((t, i, gen.subscription(sub_rng)))
+    pub_rng = stream(seed, "events")
+    values = [gen.event(pub_rng) for _ in range(events)]
+    pubs = []
+    for _ in range(events):
+        gap = pub_rng.expovariate(1000.0 / pub_gap_ms)
+        pubs.append((gap, pub_rng.randrange(nodes)))
+    return Plan(subs, values, pubs, gen)
+
+
+# -------------------------------------------------------------------------------- systems
+
+
+class _System:
+    """How one system lays out its brokers and how clients call them."""
+
+    #: Publishers advertise first.
+    ads: ClassVar[bool] = False
+
+    def __init__(self, sc: BrokerScenario) -> None:
+        self.sc = sc
+        self.p = sc.params
+        self.schema = THESIS_SCHEMA
+        self.rtt = sc.model.rtt_ms
+        self.layout: dict[str, Any] = {}
+
+    def brokers(self) -> list[int]:
+        return list(range(self.p.nodes))
+
+    def build(self, brokers: list[int]) -> None:
+        """Lay the overlays out over ``brokers`` (before ``make``)."""
+
+    def make(self, v: int) -> Broker:
+        raise NotImplementedError
+
+    def advertise(self, b: Broker, client: int, box: Box, now: float) -> int:
+        raise NotImplementedError
+
+    def subscribe(self, b: Broker, box: Box, now: float) -> int:
+        return b.subscribe(box, now, 0)
+
+    def publish(self, b: Broker, ad: int, values: Sequence[float | None], now: float) -> int:
+        return b.publish(values, now, 0)
+
+    def tree(self, nodes: list[int], rng_name: str = "broker-tree") -> BrokerGraph:
+        p = self.p
+        if p.tree == "kary":
+            g = kary_tree(nodes, p.arity, self.sc.stream(rng_name), self.rtt)
+        else:
+            g = latency_mst(nodes, self.rtt)
+        self.layout.update(tree=p.tree, depth=_depth(g, nodes))
+        return g
+
+
+def _depth(g: BrokerGraph, nodes: list[int]) -> int:
+    """The tree's height from its first node (the k-ary root; any node of an MST)."""
+    if not nodes:
+        return 0
+    seen = {nodes[0]: 0}
+    todo = [nodes[0]]
+    while todo:
+        u = todo.pop()
+        for w in g.neighbours(u):
+            if w not in seen:
+                seen[w] = seen[u] + 1
+                todo.append(w)
+    return max(seen.values())
+
+
+class _Tree(_System):
+    """SIENA, and PADRES (with advertisements) on one tree."""
+
+    def config(self) -> RoutingConfig:
+        return padres(self.p.covering) if self.ads else siena(self.p.covering)
+
+    def build(self, brokers: list[int]) -> None:
+        self.graph = self.tree(brokers)
+        self.cfg = self.config()
+
+    def make(self, v: int) -> Broker:
+        return Broker(v, self.schema, {0: self.graph.neighbours(v)}, self.cfg, self.strategy(v))
+
+    def strategy(self, v: int) -> Any:
+        return None
+
+    def advertise(self, b: Broker, client: int, box: Box, now: float) -> int:
+        return b.advertise(box, now, 0)
+
+    def publish(self, b: Broker, ad: int, values: Sequence[float | None], now: float) -> int:
+        return b.publish(values, now, 0, ad)
+
+
+class _Siena(_Tree):
+    pass
+
+
+class _Padres(_Tree):
+    ads = True
+
+
+class _Relocating(_Padres):
+    """POP and GRAPE: the strategy's client calls, and the driver's part of a migration."""
+
+    def build(self, brokers: list[int]) -> None:
+        super().build(brokers)
+        net = self.sc.bnet
+        net.migration_ad = self._migration_ad
+        self.layout["threshold"] = self.p.threshold
+
+    def _migration_ad(self, b: Broker, cmd: ClientCommand, now: float) -> None:
+        s = b.strategy
+        assert isinstance(s, Relocation)
+        s.migration_ad(b, cmd.client, cmd.ad, cmd.path, now)
+
+    def advertise(self, b: Broker, client: int, box: Box, now: float) -> int:
+        s = b.strategy
+        assert isinstance(s, Relocation)
+        return s.attach_publisher(b, client, box, now)
+
+    def publish(self, b: Broker, ad: int, values: Sequence[float | None], now: float) -> int:
+        s = b.strategy
+        assert isinstance(s, Relocation)
+        return s.publish(b, ad, values, now)
+
+
+class _Pop(_Relocating):
+    def strategy(self, v: int) -> Any:
+        return PopStrategy(self.sc.stream(f"pop:{v}"), threshold=self.p.threshold)
+
+
+class _Grape(_Relocating):
+    def build(self, brokers: list[int]) -> None:
+        super().build(brokers)
+        self.layout.update(priority=self.p.priority, weight=self.p.weight)
+
+    def strategy(self, v: int) -> Any:
+        p, net = self.p, self.sc.bnet
+        return GrapeStrategy(
+            p.priority,  # type: ignore[arg-type]
+            p.weight,
+            p.threshold,
+            ping=net.ping,
+            queues=net.queues if p.link_mbps else None,
+        )
+
+
+class _Octopia(_System):
+    ads = True
+
+    def brokers(self) -> list[int]:
+        m = self.p.clusters
+        return list(range(self.p.nodes // m * m))
+
+    def build(self, brokers: list[int]) -> None:
+        m = self.p.clusters
+        n = len(brokers) // m
+        order = list(brokers)
+        self.sc.stream("octopia-layout").shuffle(order)
+        groups = [order[c * n : (c + 1) * n] for c in range(m)]
+        # The shape: the tree over cluster 0's brokers, positions = their order in the group.
+        g = self.tree(groups[0])
+        pos = {v: x for x, v in enumerate(groups[0])}
+        edges = [(pos[a], pos[b]) for a, b in g.edges_with()]
+        self.lay = octopia.build(edges, m, groups, self.rtt)
+        self.configs = self.lay.configs()
+        self.layout.update(clusters=m, regions=n, dynamic=self.p.dynamic)
+
+    def make(self, v: int) -> Broker:
+        ovs = {i: ov.neighbours(v) for i, ov in enumerate(self.lay.overlays)}
+        net = self.sc.bnet
+        strat = self.lay.strategy(v, self.p.dynamic, net.queues if self.p.link_mbps else None)
+        return Broker(v, self.schema, ovs, self.configs, strat)
+
+    def _s(self, b: Broker) -> octopia.OctopiaStrategy:
+        s = b.strategy
+        assert isinstance(s, octopia.OctopiaStrategy)
+        return s
+
+    def advertise(self, b: Broker, client: int, box: Box, now: float) -> int:
+        return self._s(b).advertise(b, box, now)
+
+    def subscribe(self, b: Broker, box: Box, now: float) -> int:
+        return self._s(b).subscribe(b, box, now)
+
+    def publish(self, b: Broker, ad: int, values: Sequence[float | None], now: float) -> int:
+        return self._s(b).publish(b, ad, values, now)
+
+
+class _Kyra(_System):
+    def build(self, brokers: list[int]) -> None:
+        p, sc = self.p, self.sc
+        cliques = hac_cliques(brokers, self.rtt, p.max_distance, p.max_size)
+        sample_rng = sc.stream("kyra-sample")
+        sample = [sc.plan.gen.event(sample_rng) for _ in range(1000)]
+        boxes: dict[int, list[Box]] = {}
+        for _, i, sub in sc.plan.subs:
+            boxes.setdefault(sc.bnet.nearest_broker(i), []).append(sc.boxes[id(sub)])
+        zone: dict[int, Box] = {}
+        for c in cliques:
+            subs = [bx for v in c for bx in boxes.get(v, ())]
+            for v, z in zip(c, kyra.kd_partition(self.schema, len(c), sample, subs), strict=True):
+                zone[v] = z
+        t = p.trees or max(len(c) for c in cliques)
+        tree_zones = kyra.kd_partition(self.schema, t, sample, alpha=1.0, beta=0.0)
+        self.lay = kyra.build(cliques, zone, tree_zones, self.rtt, p.covering)
+        self.configs = self.lay.configs()
+        sizes = [len(c) for c in cliques]
+        self.layout.update(
+            cliques=len(cliques),
+            clique_size_mean=sum(sizes) / len(sizes),
+            clique_size_max=max(sizes),
+            trees=t,
+            tree_members_mean=sum(len(ms) for ms in self.lay.members) / t,
+        )
+
+    def make(self, v: int) -> Broker:
+        ovs = {i: ov.neighbours(v) for i, ov in enumerate(self.lay.overlays)}
+        return Broker(v, self.schema, ovs, self.configs, self.lay.strategy(v))
+
+    def _s(self, b: Broker) -> kyra.KyraStrategy:
+        s = b.strategy
+        assert isinstance(s, kyra.KyraStrategy)
+        return s
+
+    def subscribe(self, b: Broker, box: Box, now: float) -> int:
+        return self._s(b).subscribe(b, box, now)
+
+    def publish(self, b: Broker, ad: int, values: Sequence[float | None], now: float) -> int:
+        return self._s(b).publish(b, values, now)
+
+
+_SYSTEMS: dict[str, type[_System]] = {
+    "siena": _Siena,
+    "padres": _Padres,
+    "octopia": _Octopia,
+    "kyra": _Kyra,
+    "pop": _Pop,
+    "grape": _Grape,
+}
+
+
+# --------------------------------------------------------------------------------- result
+
+
+@dataclass(kw_only=True, slots=True)
+class Spread(Part):
+    """Per-node figures: mean and max."""
+
+    mean: float
+    max: float
+
+
+@dataclass(kw_only=True, slots=True)
+class BrokerResult(RunResult):
+    WALL_FIELDS = ("wall_s",)
+
+    system: str
+    nodes: int
+    brokers: int
+    subscriptions: int
+    events: int
+    verdict: Verdict = flat()
+    #: Every message of the event phase (publications and control), per event.
+    messages_per_event: float
+    bytes_per_event: float
+    #: Broker-overlay hops from the publishing broker to the delivering one, per delivery.
+    hops_per_delivery: float
+    delivery_latency_ms: dict[str, float]
+    #: Publications a broker received and neither delivered nor forwarded.
+    false_positive_receptions: int
+    pure_forwards: int
+    #: SRT + PRT entries per broker, over its overlays.
+    table_entries: dict[str, float]
+    #: Messages sent + received per broker in the event phase: max/mean and Gini.
+    load_max_over_mean: float
+    load_gini: float
+    setup_messages: int
+    setup_bytes: int
+    messages_by_type: dict[str, Any]
+    migrations: int
+    layout: dict[str, Any]
+    sim_time_s: float
+
+    def succeeded(self) -> bool:
+        return self.verdict.missed == self.verdict.duplicates == 0
+
+    def summary(self) -> str:
+        v, dl, te = self.verdict, self.delivery_latency_ms, self.table_entries
+        verdict = "every delivery as the oracle" if self.verdict.succeeded() else "MISMATCH"
+        return "\n".join(
+            [
+                f"{self.system} on the thesis workload: {self.brokers:,} brokers of "
+                f"{self.nodes:,} nodes, {self.subscriptions:,} subscriptions, {self.events:,} "
+                f"events, seed {self.seed} (latency model {self.latency_model['name']})",
+                "  layout             "
+                + ", ".join(f"{k} {_fmt(x)}" for k, x in self.layout.items()),
+                f"  oracle             {v.expected_deliveries:,} expected; missed {v.missed}, "
+                f"duplicates {v.duplicates}, false deliveries {v.false_positives}: {verdict}",
+                f"  per event          {self.messages_per_event:.1f} messages, "
+                f"{self.bytes_per_event:,.0f} bytes; {self.hops_per_delivery:.2f} hops per "
+                f"delivery",
+                f"  delivery latency   mean {dl['mean']:.0f} ms, p90 {dl['p90']:.0f}, "
+                f"max {dl['max']:.0f}",
+                f"  brokers            {self.false_positive_receptions:,} false-positive "
+                f"receptions, {self.pure_forwards:,} pure forwards; table entries mean "
+                f"{te['mean']:.0f}, max {te['max']:.0f}",
+                f"  load spread        max/mean {self.load_max_over_mean:.2f}, "
+                f"Gini {self.load_gini:.3f}",
+                f"  set-up             {self.setup_messages:,} messages, "
+                f"{self.setup_bytes:,} bytes; migrations {self.migrations}",
+                f"  wall {self.wall_s:.1f} s",
+            ]
+        )
+
+
+def _fmt(x: Any) -> str:
+    return f"{x:.2f}" if isinstance(x, float) else str(x)
+
+
+def gini(values: Sequence[float]) -> float:
+    """The Gini coefficient of non-negative values (0: all equal)."""
+    xs = sorted(values)
+    n, total = len(xs), sum(xs)
+    if n == 0 or total == 0:
+        return 0.0
+    weighted = sum((i + 1) * x for i, x in enumerate(xs))
+    return 2.0 * weighted / (n * total) - (n + 1) / n
+
+
+# ------------------------------------------------------------------------------- scenario
+
+
+class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
+    """One broker system on the thesis workload; the subclasses fix the system."""
+
+    name = "brokers"
+    command = ("run", "brokers")
+    help = "a broker-overlay system on the thesis workload"
+    params_type = BrokerParams
+    tables = (BROKER_TABLE,)
+    reportable = False
+
+    bnet: BrokerNetwork
+    plan: Plan
+
+    def setup(self) -> None:
+        p = self.params
+        self.model = latency_model(p.latency, p.seed)
+        self.sim = self.simulator()
+        self.messages_log = None
+        if self.out_dir is not None:
+            self.messages_log = runlog.MessageLog(self.out_dir / "messages.parquet", self.sim.codec)
+            self.sim.message_log = self.messages_log.record
+        self.bnet = BrokerNetwork(self.sim, p.seed, p.nodes, link_bps=p.link_mbps * 1e6)
+        self.plan = plan(p.seed, p.nodes, p.subs_per_node, p.events, p.sub_gap_ms, p.pub_gap_ms)
+        self.boxes = {id(s): Box.from_subscription(s, THESIS_SCHEMA) for _, _, s in self.plan.subs}
+        self.system = _SYSTEMS[p.system](self)
+        brokers = self.system.brokers()
+        self.bnet.place(brokers)
+        self.system.build(brokers)
+        self.bnet.start(self.system.make)
+        self.bnet.on_resume = self._resume
+        self.phases["setup"] = self.elapsed()
+        self.say(f"{p.system}: {len(brokers)} brokers on {p.nodes} nodes ({self.model.name})")
+
+    # -- the workload -----------------------------------------------------------------------
+
+    def workload(self) -> None:
+        p, sim, net, system, pl = self.params, self.sim, self.bnet, self.system, self.plan
+        n = p.nodes
+        mark = time.perf_counter()
+        for i in {i for _, i, _ in pl.subs}:
+            net.attach(i, i)
+        publishers = sorted({i for _, i in pl.pubs})
+        for i in publishers:
+            net.attach(n + i, i)
+        self.ad_of: dict[int, int] = {}
+        whole = Box.whole(THESIS_SCHEMA)
+        if system.ads:
+            for i in publishers:
+
+                def adv(b: Broker, now: float, c: int = n + i) -> None:
+                    self.ad_of[c] = system.advertise(b, c, whole, now)
+
+                net.call(n + i, adv, 0.0)
+        #: (broker, sid) -> subscription index
+        self.sub_of: dict[tuple[int, int], int] = {}
+        for j, (t, i, sub) in enumerate(pl.subs):
+            box = self.boxes[id(sub)]
+
+            def do_sub(b: Broker, now: float, j: int = j, box: Box = box) -> None:
+                self.sub_of[(b.id, system.subscribe(b, box, now))] = j
+
+            net.call(i, do_sub, t)
+        self.say(f"installing {len(pl.subs):,} subscriptions")
+        sim.run()
+        self.setup_traffic = (sim.stats.messages, sim.stats.bytes)
+        self.setup_load = [
+            sim.stats.sent_messages[v] + sim.stats.received_messages[v] for v in range(n)
+        ]
+        self.phases["install"] = time.perf_counter() - mark
+
+        mark = time.perf_counter()
+        self.oracle = MatchOracle(THESIS_SCHEMA, [s for _, _, s in pl.subs])
+        self.published: list[float] = []
+        self.event_of: dict[int, int] = {}
+        t = sim.now
+        for k, (gap, i) in enumerate(pl.pubs):
+            t += gap
+            sim.call_at(t, self._client_publish, k, n + i)
+        self.say(f"publishing {len(pl.pubs):,} events")
+        sim.run()
+        self.phases["publish"] = time.perf_counter() - mark
+
+    def _client_publish(self, k: int, client: int) -> None:
+        """The publisher sends event ``k`` to its broker (buffered while it migrates)."""
+        net = self.bnet
+        self.published.append(self.sim.now)
+        b = net.clients.broker_of(client)
+        at = self.sim.now + net.client_delay(client, b)
+        self.sim.call_at(at, self._arrive, k, client)
+
+    def _arrive(self, k: int, client: int) -> None:
+        net = self.bnet
+        b = net.clients.publish(client, k)
+        if b is not None:
+            net.act(b, lambda br, now: self._publish(br, client, k, now))
+
+    def _resume(self, b: Broker, client: int, k: Any, now: float) -> None:
+        self._publish(b, client, k, now)
+
+    def _publish(self, b: Broker, client: int, k: int, now: float) -> None:
+        ad = self.ad_of.get(client, 0)
+        self.event_of[self.system.publish(b, ad, self.plan.events[k], now)] = k
+
+    # -- the check --------------------------------------------------------------------------
+
+    def check(self) -> BrokerResult:
+        p, sim, net, pl = self.params, self.sim, self.bnet, self.plan
+        mark = time.perf_counter()
+        n_events = len(pl.events)
+        got: dict[tuple[int, int], int] = {}
+        lat: list[float] = []
+        hops: list[int] = []
+        strays = 0
+        owner = [i for _, i, _ in pl.subs]
+        delay: dict[tuple[int, int], float] = {}
+        for r in net.receipts:
+            k = self.event_of.get(r.eid)
+            for sid in r.sids:
+                j = self.sub_of.get((r.broker, sid))
+                if k is None or j is None:
+                    strays += 1
+                    continue
+                key = (k, j)
+                got[key] = got.get(key, 0) + 1
+                if got[key] == 1:
+                    dk = (owner[j], r.broker)
+                    d = delay.get(dk)
+                    if d is None:
+                        d = delay[dk] = net.client_delay(owner[j], r.broker)
+                    lat.append((r.now + d - self.published[k]) * 1000.0)
+                    hops.append(r.hops)
+        expected = missed = false = 0
+        hit_lat: list[float] = []
+        hit_hops: list[int] = []
+        want_all: set[tuple[int, int]] = set()
+        for k, values in enumerate(pl.events):
+            for j in self.oracle.matches(values):
+                want_all.add((k, int(j)))
+        expected = len(want_all)
+        for idx, key in enumerate(got):
+            if key in want_all:
+                hit_lat.append(lat[idx])
+                hit_hops.append(hops[idx])
+            else:
+                false += 1
+        missed = expected - len(hit_lat)
+        duplicates = sum(c - 1 for c in got.values())
+        false += strays
+        brokers = sorted(net.brokers)
+        stats = [net.brokers[v].stats for v in brokers]
+        entries = net.table_entries()
+        load = [
+            sim.stats.sent_messages[v] + sim.stats.received_messages[v] - self.setup_load[v]
+            for v in brokers
+        ]
+        mean_load = sum(load) / len(load) if load else 0.0
+        setup_messages, setup_bytes = self.setup_traffic
+        vals = np.sort(np.asarray(hit_lat, dtype=np.float64))
+        migrations = sum(
+            s.migrations
+            for s in (net.brokers[v].strategy for v in brokers)
+            if isinstance(s, Relocation)
+        )
+        self.phases["check"] = time.perf_counter() - mark
+        return BrokerResult(
+            system=p.system,
+            nodes=p.nodes,
+            brokers=len(brokers),
+            subscriptions=len(pl.subs),
+            events=n_events,
+            verdict=Verdict(
+                expected_deliveries=expected,
+                deliveries=sum(got.values()) + strays,
+                missed=missed,
+                duplicates=duplicates,
+                false_positives=false,
+            ),
+            messages_per_event=(sim.stats.messages - setup_messages) / n_events
+            if n_events
+            else 0.0,
+            bytes_per_event=(sim.stats.bytes - setup_bytes) / n_events if n_events else 0.0,
+            hops_per_delivery=sum(hit_hops) / len(hit_hops) if hit_hops else 0.0,
+            delivery_latency_ms={
+                "mean": ordered_sum(vals) / len(vals) if len(vals) else 0.0,
+                "p90": percentile(vals, 0.90),
+                "max": float(vals[-1]) if len(vals) else 0.0,
+            },
+            false_positive_receptions=sum(s.false_positives for s in stats),
+            pure_forwards=sum(s.pure_forwards for s in stats),
+            table_entries={
+                "mean": sum(entries) / len(entries) if entries else 0.0,
+                "max": float(max(entries, default=0)),
+            },
+            load_max_over_mean=max(load) / mean_load if mean_load else 0.0,
+            load_gini=gini(load),
+            setup_messages=setup_messages,
+            setup_bytes=setup_bytes,
+            messages_by_type=sim.stats.types_json(),
+            migrations=migrations,
+            layout=self.system.layout,
+            sim_time_s=sim.now,
+            **self.common_fields(),
+        )
+
+    def logged_params(self) -> dict[str, Any]:
+        return {**super().logged_params(), "system": self.params.system}
+
+
+class Siena(BrokerScenario):
+    name = "siena"
+    command = ("run", "siena")
+    help = "SIENA's filter-based broker tree on the thesis workload, checked by the oracle"
+    params_type = SienaParams
+
+
+class Padres(BrokerScenario):
+    name = "padres"
+    command = ("run", "padres")
+    help = "PADRES (advertisements) on the thesis workload, checked by the oracle"
+    params_type = PadresParams
+
+
+class Octopia(BrokerScenario):
+    name = "octopia"
+    command = ("run", "octopia")
+    help = "OctopiA's clustered SCOT (CIVs, SNR/IDR) on the thesis workload, checked by the oracle"
+    params_type = OctopiaParams
+
+
+class Kyra(BrokerScenario):
+    name = "kyra"
+    command = ("run", "kyra")
+    help = "Kyra's cliques, zones and trees on the thesis workload, checked by the oracle"
+    params_type = KyraParams
+
+
+class Pop(BrokerScenario):
+    name = "pop"
+    command = ("run", "pop")
+    help = "POP publisher relocation on PADRES, thesis workload, checked by the oracle"
+    params_type = PopParams
+
+
+class Grape(BrokerScenario):
+    name = "grape"
+    command = ("run", "grape")
+    help = "GRAPE publisher relocation on PADRES, thesis workload, checked by the oracle"
+    params_type = GrapeParams
+
+
+#: The scenario of each system.
+BY_SYSTEM: dict[str, type[BrokerScenario]] = {
+    s.name: s for s in (Siena, Padres, Octopia, Kyra, Pop, Grape)
+}

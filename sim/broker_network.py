@@ -1,0 +1,332 @@
+"""Broker cores as simulated nodes: the engine, latency model and node set of ``sim run thesis``
+driving ``brokers.broker.Broker`` cores, with the client registry and optional per-link output
+queues.
+
+Theory of operation
+-------------------
+A broker's id is its simulator node index, so the engine-facing adapter (``BrokerNode``) only
+turns addresses into ints and back: ``receive(msg, src_addr, now)`` calls
+``broker.receive(msg, index_of[src_addr], now)`` and ``take_messages`` maps each
+``(broker id, message)`` to ``(addrs[id], message)``. The nodes are placed in the latency model
+by the ``placement`` stream of the run seed, as ``SimNetwork`` places a thesis run's peers, so a
+broker run and a thesis run of the same seed and size sit on the same hosts. Nodes a system does
+not use as brokers (OctopiA's SCOT needs a multiple of m) stay empty slots: their clients attach
+to the nearest broker.
+
+**Clients.** A client (publisher or subscriber) sits at a home node and talks to one broker
+(``brokers.clients.ClientRegistry``); each client call and each delivery crosses that hop, which
+takes RTT(home, broker)/2 (``client_delay``; 0 when the home is the broker). A publisher
+migration (POP, GRAPE) reaches the driver as a ``ClientCommand`` event: ``pause`` buffers the
+client's publications and hands the target its migration ad, ``resume`` re-attaches it there and
+publishes the buffer in order (the client registry's contract).
+
+**Hops.** Every publication received is recorded per event: the receiver's hop count is the
+sender's plus one (the publishing broker has 0), the first copy's count kept. A delivery's hop
+count is the delivering broker's: broker-overlay hops, clique and iLink hops included.
+
+**Per-link output queues** (``link_bps``, optional; BASELINES 4.6). The engine's own uplink model
+is one FIFO per host, which cannot say how long the queue toward one neighbour is. With a
+bandwidth set, each adapter keeps one FIFO per neighbour instead: a message waits its turn, then
+takes size/bandwidth on the link, and only then is handed to the engine (which adds the
+propagation delay); the adapter's timer is the next head-of-line departure. ``LinkQueueTable``
+exposes the queues to strategies as ``brokers.broker.LinkQueues`` (OctopiA's IDR, GRAPE's
+delay estimate). Without a bandwidth the adapter hands messages straight to the engine.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rangecast.brokers.broker import Broker, Delivered
+from rangecast.brokers.clients import PAUSE, RESUME, ClientCommand, ClientRegistry
+from rangecast.brokers.messages import Publish
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.wire import Message
+from rangecast.sim.engine import Simulator
+from rangecast.sim.streams import stream
+
+__all__ = ["BrokerNetwork", "BrokerNode", "LinkQueueTable", "Receipt"]
+
+_INF = float("inf")
+
+
+class _Link:
+    """One output queue: messages waiting, the head's departure time, counts since a sample."""
+
+    __slots__ = ("head_done", "n_in", "n_out", "q")
+
+    def __init__(self) -> None:
+        self.q: deque[tuple[Message, int]] = deque()
+        self.head_done = _INF
+        self.n_in = 0
+        self.n_out = 0
+
+
+class BrokerNode:
+    """The engine's view of one broker (sim.engine.Core)."""
+
+    __slots__ = (
+        "_encode",
+        "_links",
+        "_now",
+        "_ready",
+        "addrs",
+        "bps",
+        "broker",
+        "hops",
+        "index_of",
+    )
+
+    def __init__(
+        self,
+        broker: Broker,
+        addrs: list[bytes],
+        index_of: dict[bytes, int],
+        hops: dict[int, dict[int, int]],
+        bps: float = 0.0,
+        encode: Callable[[Message], bytes] | None = None,
+    ) -> None:
+        self.broker = broker
+        self.addrs = addrs
+        self.index_of = index_of
+        #: Shared by every node: event id -> broker -> hops from the publishing broker.
+        self.hops = hops
+        self.bps = bps
+        self._encode = encode
+        self._links: dict[int, _Link] = {}
+        self._ready: list[tuple[bytes, Message]] = []
+        #: The engine's time of the last input: the queues stamp the broker's outputs with it.
+        self._now = 0.0
+
+    # -- the Core protocol ------------------------------------------------------------------
+
+    def receive(self, msg: Message, src: bytes, now: float) -> None:
+        self._now = now
+        s = self.index_of[src]
+        if type(msg) is Publish:
+            h = self.hops.get(msg.eid)  # type: ignore[attr-defined]
+            if h is None:
+                h = self.hops[msg.eid] = {}  # type: ignore[attr-defined]
+            v = self.broker.id
+            if v not in h:
+                h[v] = h.get(s, 0) + 1
+        self.broker.receive(msg, s, now)
+
+    def handle_timer(self, now: float) -> None:
+        self._now = now
+        self.broker.handle_timer(now)
+
+    def get_timer(self) -> float | None:
+        t = self.broker.get_timer()
+        if self.bps:
+            for link in self._links.values():
+                if link.head_done < (_INF if t is None else t):
+                    t = link.head_done
+        return t
+
+    def take_messages(self) -> list[tuple[bytes, Message]]:
+        out = self.broker.take_messages()
+        addrs = self.addrs
+        if not self.bps:
+            return [(addrs[d], m) for d, m in out] if out else []
+        return self._queue(out)
+
+    def take_events(self) -> list[Any]:
+        return self.broker.take_events()
+
+    # -- per-link output queues -------------------------------------------------------------
+
+    def _queue(self, out: list[tuple[int, Message]]) -> list[tuple[bytes, Message]]:
+        # The broker's outputs carry no time: they were made at the last input's. Messages
+        # leave at their departure times, which the timer turns into inputs.
+        now = self._now
+        encode = self._encode
+        assert encode is not None
+        for d, m in out:
+            link = self._links.get(d)
+            if link is None:
+                link = self._links[d] = _Link()
+            size = len(encode(m)) + 1
+            link.q.append((m, size))
+            link.n_in += 1
+            if len(link.q) == 1:
+                link.head_done = now + size * 8.0 / self.bps
+        for d, link in self._links.items():
+            self._advance(d, link, now)
+        ready, self._ready = self._ready, []
+        return ready
+
+    def _advance(self, d: int, link: _Link, now: float) -> None:
+        q = link.q
+        while q and link.head_done <= now:
+            m, _ = q.popleft()
+            self._ready.append((self.addrs[d], m))
+            link.n_out += 1
+            link.head_done = link.head_done + q[0][1] * 8.0 / self.bps if q else _INF
+
+    def sample(self, dst: int, now: float) -> tuple[int, int, int]:
+        link = self._links.get(dst)
+        if link is None:
+            return 0, 0, 0
+        self._advance(dst, link, now)
+        out = (len(link.q), link.n_in, link.n_out)
+        link.n_in = link.n_out = 0
+        return out
+
+
+class LinkQueueTable:
+    """``brokers.broker.LinkQueues`` over the adapters' per-link queues (zeros without them)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, BrokerNode] = {}
+
+    def sample(self, broker: int, dst: int, now: float) -> tuple[int, int, int]:
+        node = self.nodes.get(broker)
+        return node.sample(dst, now) if node is not None else (0, 0, 0)
+
+
+class Receipt:
+    """A delivery to a subscriber client: (event id, broker, subscription ids, time at the
+    client, hops)."""
+
+    __slots__ = ("broker", "eid", "hops", "now", "sids")
+
+    def __init__(self, eid: int, broker: int, sids: tuple[int, ...], now: float, hops: int):
+        self.eid = eid
+        self.broker = broker
+        self.sids = sids
+        self.now = now
+        self.hops = hops
+
+
+class BrokerNetwork:
+    """Brokers on the engine, and the clients attached to them (module docs).
+
+    ``place(brokers)`` names the nodes that run a broker (default: all), ``start(make)`` builds
+    their cores (``make(v)``: broker ``v``'s). For a relocating system the driver sets
+    ``migration_ad(target broker, pause command, now)``, which hands the target the client's
+    migration ad, and ``on_resume(broker, client, item, now)``, which publishes a buffered
+    publication at the client's new broker."""
+
+    def __init__(
+        self,
+        sim: Simulator,
+        seed: int,
+        count: int,
+        *,
+        link_bps: float = 0.0,
+    ) -> None:
+        if count < 1:
+            raise LocalProtocolError("a broker network needs at least one node")
+        self.sim = sim
+        self.seed = seed
+        self.count = count
+        self.link_bps = link_bps
+        sim.add_nodes(count, stream(seed, "placement"))
+        self.model = sim.latency
+        self.hops: dict[int, dict[int, int]] = {}
+        self.brokers: dict[int, Broker] = {}
+        self.broker_nodes: list[int] = list(range(count))
+        self._is_broker = set(self.broker_nodes)
+        self.queues = LinkQueueTable()
+        self.clients: ClientRegistry[Any] = ClientRegistry()
+        self.receipts: list[Receipt] = []
+        #: Strategies' ClientCommand handlers (set by the driver of a relocating system).
+        self.migration_ad: Callable[[Broker, ClientCommand, float], None] | None = None
+        self.on_resume: Callable[[Broker, int, Any, float], None] | None = None
+        self.commands: list[ClientCommand] = []
+        sim.on_events = self._on_events
+
+    def place(self, brokers: Sequence[int]) -> None:
+        """The nodes that run a broker (clients elsewhere attach to the nearest)."""
+        self.broker_nodes = sorted(set(brokers))
+        self._is_broker = set(self.broker_nodes)
+
+    def start(self, make: Callable[[int], Broker]) -> None:
+        """Build the broker cores (``make(v)``) on the placed nodes; attach them to the engine."""
+        sim = self.sim
+        bps = self.link_bps
+        encode = sim.codec.raw_encode
+        for v in self.broker_nodes:
+            b = make(v)
+            if b.id != v:
+                raise LocalProtocolError(f"broker {b.id} built for node {v}")
+            self.brokers[v] = b
+            node = BrokerNode(b, sim.addrs, sim.index_of, self.hops, bps, encode)
+            self.queues.nodes[v] = node
+            sim.attach(v, node)
+
+    # -- clients ----------------------------------------------------------------------------
+
+    def nearest_broker(self, home: int) -> int:
+        if home in self._is_broker:
+            return home
+        return self.model.nearest(home, self.broker_nodes)
+
+    def attach(self, client: int, home: int) -> int:
+        """Attach ``client`` at ``home`` to the nearest broker; returns the broker."""
+        b = self.nearest_broker(home)
+        self.clients.attach(client, b, home)
+        return b
+
+    def client_delay(self, client: int, broker: int | None = None) -> float:
+        """Seconds across the client's hop: RTT(home, broker)/2."""
+        home = self.clients.home_of(client)
+        b = self.clients.broker_of(client) if broker is None else broker
+        return 0.0 if home == b else self.model.one_way_ms(home, b) * 0.001
+
+    def ping(self, client: int, broker: int) -> float:
+        """GRAPE's ping: the client's one-way delay (s) to a candidate broker."""
+        return self.client_delay(client, broker)
+
+    def call(self, client: int, fn: Callable[[Broker, float], Any], at: float) -> None:
+        """The client acts at ``at`` (its home's time): ``fn(broker, now)`` runs at the broker
+        once the client hop is crossed, then the broker is flushed."""
+        b = self.clients.broker_of(client)
+
+        def run() -> None:
+            self.act(b, fn)
+
+        self.sim.call_at(at + self.client_delay(client, b), run)
+
+    def act(self, v: int, fn: Callable[[Broker, float], Any]) -> Any:
+        """Call broker ``v`` now (a client call, a migration step), then flush it."""
+        now = self.sim.now
+        self.queues.nodes[v]._now = now
+        out = fn(self.brokers[v], now)
+        self.sim.poke(v)
+        return out
+
+    # -- outputs ----------------------------------------------------------------------------
+
+    def _on_events(self, v: int, events: list[Any]) -> None:
+        now = self.sim.now
+        for ev in events:
+            if type(ev) is Delivered:
+                h = self.hops.get(ev.eid)
+                self.receipts.append(Receipt(ev.eid, v, ev.sids, now, h.get(v, 0) if h else 0))
+            elif isinstance(ev, ClientCommand):
+                self.commands.append(ev)
+                self._command(v, ev)
+
+    def _command(self, v: int, cmd: ClientCommand) -> None:
+        if cmd.op == PAUSE:
+            self.clients.pause(cmd.client)
+            hand_over = self.migration_ad
+            if hand_over is None:
+                raise LocalProtocolError("a migration, but no system handles it")
+            self.act(cmd.broker, lambda b, now: hand_over(b, cmd, now))
+        elif cmd.op == RESUME:
+            if self.on_resume is None:
+                raise LocalProtocolError("a migration, but no system handles it")
+            resume = self.on_resume
+            items = self.clients.resume(cmd.client, v)
+            self.act(v, lambda b, now: [resume(b, cmd.client, item, now) for item in items])
+
+    # -- measurements -----------------------------------------------------------------------
+
+    def table_entries(self) -> list[int]:
+        """SRT + PRT entries of each broker, over all its overlays."""
+        return [b.srt_size() + b.prt_size() for _, b in sorted(self.brokers.items())]

@@ -1,0 +1,236 @@
+"""``rangecast sim compare``: the thesis' DHT overlay and the broker systems on one workload.
+
+Every system runs the thesis workload of the same seed and sizes on the same nodes and latency
+model (``sim run thesis`` for ``thesis``, sim.broker_experiment for the others) and is checked by
+the same oracle; each run becomes one typed ``Row`` of the same metrics:
+
+===========================  ==================================================================
+column                       definition
+===========================  ==================================================================
+messages, bytes per event    every message of the event phase (all types) / events
+hops per delivery            broker-overlay hops from the publishing broker to the delivering
+                             one (brokers); not measured for the thesis (DHT hops per probe and
+                             per delivery message differ in kind): None
+latency mean/p90/max         ms from the publish call to the subscriber, expected deliveries
+false-positive receptions    publications a broker received, neither delivered nor forwarded;
+                             None for the thesis (its nodes do not filter-forward)
+table entries mean/max       per broker: SRT + PRT entries over its overlays; thesis: the
+                             subscription pieces stored at each peer's tree nodes
+load max/mean, Gini          messages sent + received per node in the event phase
+setup messages               every message until the subscriptions (and ads) are installed
+missed, duplicates, false    the oracle's verdict (false: deliveries it did not expect)
+===========================  ==================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.sim.broker_experiment import BY_SYSTEM, SYSTEMS, BrokerParams, BrokerResult, gini
+from rangecast.sim.thesis_experiment import Thesis, ThesisParams, ThesisResult
+
+__all__ = ["ALL_SYSTEMS", "Comparison", "Row", "compare"]
+
+ALL_SYSTEMS = ("thesis", *SYSTEMS)
+
+
+@dataclass(slots=True)
+class Row:
+    system: str
+    messages_per_event: float
+    bytes_per_event: float
+    hops_per_delivery: float | None
+    latency_mean_ms: float
+    latency_p90_ms: float
+    latency_max_ms: float
+    false_positive_receptions: int | None
+    table_entries_mean: float
+    table_entries_max: float
+    load_max_over_mean: float
+    load_gini: float
+    setup_messages: int
+    expected_deliveries: int
+    missed: int
+    duplicates: int
+    false_deliveries: int
+    wall_s: float
+
+    def ok(self) -> bool:
+        return self.missed == self.duplicates == 0
+
+
+@dataclass(slots=True)
+class Comparison:
+    nodes: int
+    subs_per_node: float
+    events: int
+    seed: int
+    latency: str
+    rows: list[Row] = field(default_factory=list)
+
+    def succeeded(self) -> bool:
+        return all(r.ok() for r in self.rows)
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "nodes": self.nodes,
+            "subs_per_node": self.subs_per_node,
+            "events": self.events,
+            "seed": self.seed,
+            "latency": self.latency,
+            "rows": [asdict(r) for r in self.rows],
+        }
+
+    def table(self) -> str:
+        """The rows as a Markdown table (what the command prints)."""
+        head = (
+            "| system | msgs/event | bytes/event | hops/delivery | latency mean/p90/max (ms) "
+            "| false-pos. receptions | table entries mean/max | load max/mean | Gini "
+            "| set-up msgs | missed/dup. |"
+        )
+        lines = [
+            f"{self.nodes} nodes, {round(self.nodes * self.subs_per_node):,} subscriptions, "
+            f"{self.events:,} events, seed {self.seed}, latency {self.latency}",
+            "",
+            head,
+            "|" + "---|" * 11,
+        ]
+
+        def opt(x: float | None, spec: str) -> str:
+            return "-" if x is None else format(x, spec)
+
+        for r in self.rows:
+            lines.append(
+                f"| {r.system} | {r.messages_per_event:.1f} | {r.bytes_per_event:,.0f} "
+                f"| {opt(r.hops_per_delivery, '.2f')} "
+                f"| {r.latency_mean_ms:.0f} / {r.latency_p90_ms:.0f} / {r.latency_max_ms:.0f} "
+                f"| {opt(r.false_positive_receptions, ',')} "
+                f"| {r.table_entries_mean:,.0f} / {r.table_entries_max:,.0f} "
+                f"| {r.load_max_over_mean:.2f} | {r.load_gini:.3f} | {r.setup_messages:,} "
+                f"| {r.missed}/{r.duplicates} |"
+            )
+        return "\n".join(lines)
+
+
+class _MeasuredThesis(Thesis):
+    """The thesis run, plus what the comparison needs and its result lacks: each node's
+    messages when the first event is published (the event phase's load) and the pieces each
+    peer stores."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.setup_load: list[int] | None = None
+        deliveries = self.deliveries
+        published = deliveries.published
+        stats = self.sim.stats
+
+        def first(eid: int, matches: Any) -> None:
+            if self.setup_load is None:
+                self.setup_load = [
+                    s + r for s, r in zip(stats.sent_messages, stats.received_messages, strict=True)
+                ]
+            published(eid, matches)
+
+        deliveries.published = first  # type: ignore[method-assign]
+
+    def check(self) -> ThesisResult:
+        result = super().check()
+        stats = self.sim.stats
+        before = self.setup_load or [0] * len(stats.sent_messages)
+        self.load = [
+            s + r - b
+            for s, r, b in zip(stats.sent_messages, stats.received_messages, before, strict=True)
+        ]
+        self.pieces = [
+            sum(len(n.index) for n in p.overlay.nodes.values() if n.index is not None)
+            for p in self.peers
+        ]
+        return result
+
+
+def _thesis_row(sc: _MeasuredThesis, r: ThesisResult) -> Row:
+    dl, load, pieces = r.delivery_latency_ms, sc.load, sc.pieces
+    mean_load = sum(load) / len(load) if load else 0.0
+    return Row(
+        system="thesis",
+        messages_per_event=r.messages_per_event,
+        bytes_per_event=r.bytes_per_event,
+        hops_per_delivery=None,
+        latency_mean_ms=dl["mean"],
+        latency_p90_ms=dl["p90"],
+        latency_max_ms=dl["max"],
+        false_positive_receptions=None,
+        table_entries_mean=sum(pieces) / len(pieces) if pieces else 0.0,
+        table_entries_max=float(max(pieces, default=0)),
+        load_max_over_mean=max(load) / mean_load if mean_load else 0.0,
+        load_gini=gini(load),
+        setup_messages=r.install_phase_messages,
+        expected_deliveries=r.verdict.expected_deliveries,
+        missed=r.verdict.missed,
+        duplicates=r.verdict.duplicates,
+        false_deliveries=r.verdict.false_positives,
+        wall_s=r.wall_s,
+    )
+
+
+def _broker_row(r: BrokerResult) -> Row:
+    dl, te = r.delivery_latency_ms, r.table_entries
+    return Row(
+        system=r.system,
+        messages_per_event=r.messages_per_event,
+        bytes_per_event=r.bytes_per_event,
+        hops_per_delivery=r.hops_per_delivery,
+        latency_mean_ms=dl["mean"],
+        latency_p90_ms=dl["p90"],
+        latency_max_ms=dl["max"],
+        false_positive_receptions=r.false_positive_receptions,
+        table_entries_mean=te["mean"],
+        table_entries_max=te["max"],
+        load_max_over_mean=r.load_max_over_mean,
+        load_gini=r.load_gini,
+        setup_messages=r.setup_messages,
+        expected_deliveries=r.verdict.expected_deliveries,
+        missed=r.verdict.missed,
+        duplicates=r.verdict.duplicates,
+        false_deliveries=r.verdict.false_positives,
+        wall_s=r.wall_s,
+    )
+
+
+def compare(
+    systems: Sequence[str] = ALL_SYSTEMS,
+    *,
+    nodes: int = 500,
+    subs_per_node: float = 5.0,
+    events: int = 1000,
+    seed: int = 1,
+    latency: str = "synthetic",
+    progress: Callable[[str], Callable[[str], None] | None] | None = None,
+) -> Comparison:
+    """Run ``systems`` (in the order given) on one workload; ``progress(system)`` gives each
+    run's progress callback."""
+    unknown = [s for s in systems if s not in ALL_SYSTEMS]
+    if unknown or not systems:
+        raise LocalProtocolError(
+            f"--systems takes some of {','.join(ALL_SYSTEMS)}; got {','.join(systems)}"
+        )
+    out = Comparison(nodes, subs_per_node, events, seed, latency)
+    for system in dict.fromkeys(systems):
+        say = progress(system) if progress is not None else None
+        if system == "thesis":
+            sc = _MeasuredThesis()
+            tp = ThesisParams(
+                nodes=nodes, subs_per_node=subs_per_node, events=events, seed=seed, latency=latency
+            )
+            out.rows.append(_thesis_row(sc, sc.run(tp, say)))
+        else:
+            scenario = BY_SYSTEM[system]
+            bp = scenario.params_type(
+                nodes=nodes, subs_per_node=subs_per_node, events=events, seed=seed, latency=latency
+            )
+            assert isinstance(bp, BrokerParams)
+            out.rows.append(_broker_row(scenario().run(bp, say)))
+    return out

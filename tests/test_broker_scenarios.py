@@ -1,0 +1,179 @@
+"""The broker systems on the simulator (sim.broker_experiment), ``sim compare`` (sim.compare)
+and their commands: every system delivers exactly what the thesis' oracle expects, runs are
+deterministic, and the comparison has one row per system with the documented keys."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+from dataclasses import fields, replace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rangecast.brokers.filters import Box, matches
+from rangecast.brokers.tables import LOCAL, VECTOR_MIN, Prt, SubEntry
+from rangecast.cli.main import main
+from rangecast.pubsub.schema import THESIS_SCHEMA
+from rangecast.pubsub.subscription import Range
+from rangecast.sim.broker_experiment import BY_SYSTEM, SYSTEMS, BrokerParams, BrokerResult, gini
+from rangecast.sim.compare import ALL_SYSTEMS, Row, compare
+from rangecast.sim.registry import SCENARIOS
+
+SMALL = {"nodes": 40, "subs_per_node": 2.5, "events": 100}
+
+
+def run(system: str, **kw: Any) -> BrokerResult:
+    scenario = BY_SYSTEM[system]
+    params = scenario.params_type(**{**SMALL, **kw})
+    assert isinstance(params, BrokerParams)
+    return scenario().run(params)
+
+
+def stable(r: BrokerResult) -> dict[str, Any]:
+    return {k: v for k, v in r.json().items() if k not in r.WALL_FIELDS}
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_every_system_delivers_exactly_what_the_oracle_expects(system: str) -> None:
+    r = run(system)
+    v = r.verdict
+    assert v.expected_deliveries > 0
+    assert (v.missed, v.duplicates, v.false_positives) == (0, 0, 0)
+    assert r.succeeded() and r.system == system and r.events == 100
+    assert r.messages_per_event > 0 and r.hops_per_delivery > 0 and r.setup_messages > 0
+
+
+@pytest.mark.parametrize(
+    ("system", "kw"),
+    [
+        ("pop", {"threshold": 1}),
+        ("grape", {"threshold": 1}),
+        ("grape", {"threshold": 2, "priority": "delay", "weight": 50.0}),
+        ("octopia", {"dynamic": True, "link_mbps": 0.05}),
+        ("siena", {"tree": "kary", "arity": 3, "covering": False}),
+        ("kyra", {"max_distance": 20.0, "max_size": 3, "trees": 2}),
+        ("padres", {"link_mbps": 0.1}),
+    ],
+)
+def test_variants_lose_and_duplicate_nothing(system: str, kw: dict[str, Any]) -> None:
+    r = run(system, **kw)
+    v = r.verdict
+    assert (v.missed, v.duplicates, v.false_positives) == (0, 0, 0)
+    if system in ("pop", "grape") and kw["threshold"] == 1:
+        assert r.migrations > 0  # publishers moved while publishing: none lost, none twice
+
+
+def test_same_seed_same_result_and_another_seed_differs() -> None:
+    for system in ("kyra", "pop"):
+        assert stable(run(system)) == stable(run(system))
+    assert stable(run("siena")) != stable(run("siena", seed=2))
+
+
+def test_every_system_sees_the_thesis_workload() -> None:
+    """Same subscriptions and events: the oracle expects the same deliveries everywhere."""
+    c = compare(("thesis", "siena", "octopia"), seed=3, **SMALL)  # type: ignore[arg-type]
+    assert len({r.expected_deliveries for r in c.rows}) == 1
+    assert c.succeeded()
+
+
+def test_compare_json_has_one_row_per_system_with_the_documented_keys() -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(
+            ["sim", "compare", "--systems", ",".join(ALL_SYSTEMS), "--nodes", "40",
+             "--subs-per-node", "2.5", "--events", "60", "--json", "--quiet"]
+        )  # fmt: skip
+    assert code == 0
+    doc = json.loads(out.getvalue())
+    assert [r["system"] for r in doc["rows"]] == list(ALL_SYSTEMS)
+    keys = {f.name for f in fields(Row)}
+    for row in doc["rows"]:
+        assert set(row) == keys
+        assert row["missed"] == row["duplicates"] == 0
+    assert doc["nodes"] == 40 and doc["events"] == 60 and doc["seed"] == 1
+
+
+def test_compare_table_and_errors() -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["sim", "compare", "--systems", "siena,kyra", "--nodes", "30", "--events",
+                     "20", "--quiet"])  # fmt: skip
+    assert code == 0
+    text = out.getvalue()
+    assert "| siena |" in text and "| kyra |" in text and "msgs/event" in text
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert main(["sim", "compare", "--systems", "siena,nope", "--quiet"]) == 2
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_each_system_has_its_command(system: str) -> None:
+    assert SCENARIOS[system] is BY_SYSTEM[system]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["sim", "run", system, "--nodes", "20", "--events", "10", "--json",
+                     "--quiet"])  # fmt: skip
+    assert code == 0
+    doc = json.loads(out.getvalue())
+    assert doc["system"] == system and doc["missed"] == doc["duplicates"] == 0
+
+
+def test_params_are_checked() -> None:
+    from rangecast.dht.errors import LocalProtocolError
+
+    for bad in ({"nodes": 1}, {"clusters": 0}, {"weight": 101.0}, {"system": "x"}):
+        with pytest.raises(LocalProtocolError):
+            replace(BrokerParams(), **bad).check()
+
+
+def test_gini() -> None:
+    assert gini([1, 1, 1, 1]) == 0.0
+    assert gini([0, 0, 0, 4]) == pytest.approx(0.75)
+    assert gini([]) == 0.0
+
+
+_bound = st.sampled_from([0.0, 1.0, 2.5, 5.0, 7.5, 10.0])
+
+
+@st.composite
+def boxes(draw: st.DrawFn) -> Box:
+    ranges = {}
+    for i, a in enumerate(THESIS_SCHEMA.attributes):
+        if draw(st.booleans()):
+            lo, hi = sorted((draw(_bound), draw(_bound)))
+            lo_open, hi_open = draw(st.booleans()), draw(st.booleans())
+            scale = (a.max - a.min) / 10
+            lo, hi = a.min + lo * scale, a.min + hi * scale
+            if lo == hi:
+                lo_open = hi_open = False
+            ranges[i] = Range(lo, hi, lo_open, hi_open)
+    return Box.from_ranges(THESIS_SCHEMA, ranges)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(boxes(), min_size=VECTOR_MIN + 1, max_size=80), st.integers(0, 2**32))
+def test_prt_arrays_match_as_the_filter_algebra(bs: list[Box], seed: int) -> None:
+    """The vectorised PRT matching answers ``filters.matches`` exactly, in PRT order, also
+    after the PRT changes and for events missing attributes or sitting on the bounds."""
+    rng = random.Random(seed)
+    prt = Prt()
+    for j, b in enumerate(bs):
+        prt[j] = SubEntry(b, LOCAL, 0)
+    for step in range(30):
+        values: list[float | None] = []
+        for a in THESIS_SCHEMA.attributes:
+            r = rng.random()
+            scale = (a.max - a.min) / 10
+            values.append(
+                None if r < 0.1 else a.min + scale * rng.choice([0, 1, 2.5, 5, 7.5, 10])
+                if r < 0.6 else rng.uniform(a.min, a.max)
+            )  # fmt: skip
+        want = [sid for sid, e in prt.items() if matches(e.box, values)]
+        assert [sid for sid, _ in prt.matching(values)] == want
+        if step % 5 == 4 and len(prt) > VECTOR_MIN + 1:
+            del prt[next(iter(prt))]
+            prt[1000 + step] = SubEntry(bs[step % len(bs)], LOCAL, 0)
