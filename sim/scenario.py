@@ -340,6 +340,14 @@ class Scenario(Generic[P, R]):
 
     def setup(self) -> None:
         """Latency model, simulator, run log, substrate and bootstrap."""
+        self.setup_engine()
+        p: Any = self.params
+        self.net = SimNetwork(self.sim, p.seed, config=self.dht_config(), **self.stack())
+        self.bootstrap()
+
+    def setup_engine(self) -> None:
+        """The part of ``setup`` every network shares: latency model, simulator and run log
+        (a scenario that runs no DHT, such as the broker systems', builds its nodes after it)."""
         p: Any = self.params
         self.model = latency_model(p.latency, p.seed)
         self.sim = self.simulator()
@@ -347,8 +355,6 @@ class Scenario(Generic[P, R]):
         if self.out_dir is not None:
             self.messages_log = runlog.MessageLog(self.out_dir / "messages.parquet", self.sim.codec)
             self.sim.message_log = self.messages_log.record
-        self.net = SimNetwork(self.sim, p.seed, config=self.dht_config(), **self.stack())
-        self.bootstrap()
 
     #: The engine; a scenario may use a subclass (lbdd's gives hosts random addresses).
     simulator_type: ClassVar[type[Simulator]] = Simulator
