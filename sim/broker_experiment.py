@@ -247,14 +247,19 @@ def _symbols(publishers: int) -> list[tuple[float, float]]:
     return [(a.min + p * w, a.min + p * w + 0.9 * w) for p in range(publishers)]
 
 
-def _symbol_sub(sym: tuple[float, float], share: float, rng: random.Random) -> Subscription:
+def _symbol_sub(
+    sym: tuple[float, float], share: float, rng: random.Random | None
+) -> Subscription:
     """A subscription to one symbol sinking ``share`` of its events: Attr1 = the symbol, and
-    for share < 1 a random Attr2 window of that share of its (uniform) domain."""
+    for share < 1 an Attr2 window of that share of its (uniform) domain. ``rng`` None: the
+    window at the top of the domain, the same for every such subscriber (POP/GRAPE's rated
+    subscribers, like "low < 18.5" on YHOO quotes, share one predicate: the events one sinks,
+    all of its class sink); otherwise a random window (OctopiA's independent selectivity)."""
     ranges = [(0, Range(*sym))]
     if share < 1.0:
         a = THESIS_SCHEMA.attributes[1]
         w = (a.max - a.min) * share
-        lo = a.min + rng.random() * (a.max - a.min - w)
+        lo = a.max - w if rng is None else a.min + rng.random() * (a.max - a.min - w)
         ranges.append((1, Range(lo, lo + w)))
     return Subscription(THESIS_SCHEMA.name, tuple(ranges))
 
@@ -279,8 +284,8 @@ def paper_plan(p: BrokerParams, nodes: Sequence[int]) -> Plan:
       the HRP's duration.
     * ``clustered`` (POP/GRAPE): ``publishers`` publishers at distinct random brokers, one
       symbol each; ``nodes * subs_per_node`` subscribers, each to a random symbol: 5 % are
-      high-rated (sink all of it), all at one broker; 95 % low-rated (about 10 %) at random
-      other brokers. ``events`` events in all, round robin, each publisher one per
+      high-rated (sink all of it), all at one broker; 95 % low-rated (the same top 10 % of
+      Attr2) at random other brokers. ``events`` events in all, round robin, each publisher one per
       ``pub_gap_ms`` on average."""
     rng = stream(p.seed, f"paper-workload:{p.workload}")
     gen = Workload(THESIS_SCHEMA, THESIS_WORKLOAD, stream(p.seed, "workload-layout"))
@@ -318,9 +323,9 @@ def paper_plan(p: BrokerParams, nodes: Sequence[int]) -> Plan:
             t += rng.expovariate(1000.0 / p.sub_gap_ms)
             sym = syms[rng.randrange(p.publishers)]
             if rng.random() < 0.05:
-                subs.append((t, hot, _symbol_sub(sym, 1.0, rng)))
+                subs.append((t, hot, _symbol_sub(sym, 1.0, None)))
             else:
-                subs.append((t, rng.choice(others), _symbol_sub(sym, 0.1, rng)))
+                subs.append((t, rng.choice(others), _symbol_sub(sym, 0.1, None)))
         clock = [0.0] * p.publishers
         for k in range(p.events):
             i = k % p.publishers
@@ -623,6 +628,8 @@ class BrokerResult(RunResult):
     load_gini: float
     setup_messages: int
     setup_bytes: int
+    #: Publication messages (broker to broker) per event: the papers' message rate.
+    publications_per_event: float
     #: Advertisement messages of the set-up (OctopiA: with its CIB_SET replies).
     ad_messages: int
     #: SRT (advertisement) entries per broker after the set-up.
@@ -648,8 +655,8 @@ class BrokerResult(RunResult):
                 f"  oracle             {v.expected_deliveries:,} expected; missed {v.missed}, "
                 f"duplicates {v.duplicates}, false deliveries {v.false_positives}: {verdict}",
                 f"  per event          {self.messages_per_event:.1f} messages, "
-                f"{self.bytes_per_event:,.0f} bytes; {self.hops_per_delivery:.2f} hops per "
-                f"delivery",
+                f"{self.bytes_per_event:,.0f} bytes, {self.publications_per_event:.1f} "
+                f"publications; {self.hops_per_delivery:.2f} hops per delivery",
                 f"  delivery latency   mean {dl['mean']:.0f} ms, p90 {dl['p90']:.0f}, "
                 f"max {dl['max']:.0f}",
                 f"  brokers            {self.false_positive_receptions:,} false-positive "
@@ -760,6 +767,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             by_type.get(k, {}).get("messages", 0)
             for k in ("Advertise", *(("Control",) if p.system == "octopia" else ()))
         )
+        self.setup_pubs = by_type.get("Publish", {}).get("messages", 0)
         self.srt = [b.srt_size() for _, b in sorted(net.brokers.items())]
         self.setup_load = [
             sim.stats.sent_messages[v] + sim.stats.received_messages[v] for v in range(n)
@@ -895,6 +903,12 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             setup_messages=setup_messages,
             setup_bytes=setup_bytes,
             ad_messages=self.ad_messages,
+            publications_per_event=(
+                sim.stats.types_json().get("Publish", {}).get("messages", 0) - self.setup_pubs
+            )
+            / n_events
+            if n_events
+            else 0.0,
             srt_entries={
                 "mean": sum(self.srt) / len(self.srt) if self.srt else 0.0,
                 "max": float(max(self.srt, default=0)),
