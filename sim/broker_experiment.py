@@ -247,9 +247,7 @@ def _symbols(publishers: int) -> list[tuple[float, float]]:
     return [(a.min + p * w, a.min + p * w + 0.9 * w) for p in range(publishers)]
 
 
-def _symbol_sub(
-    sym: tuple[float, float], share: float, rng: random.Random | None
-) -> Subscription:
+def _symbol_sub(sym: tuple[float, float], share: float, rng: random.Random | None) -> Subscription:
     """A subscription to one symbol sinking ``share`` of its events: Attr1 = the symbol, and
     for share < 1 an Attr2 window of that share of its (uniform) domain. ``rng`` None: the
     window at the top of the domain, the same for every such subscriber (POP/GRAPE's rated
@@ -715,9 +713,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         self.system = _SYSTEMS[p.system](self)
         brokers = self.system.brokers()
         if p.workload == "thesis":
-            self.plan = plan(
-                p.seed, p.nodes, p.subs_per_node, p.events, p.sub_gap_ms, p.pub_gap_ms
-            )
+            self.plan = plan(p.seed, p.nodes, p.subs_per_node, p.events, p.sub_gap_ms, p.pub_gap_ms)
         else:
             self.plan = paper_plan(p, brokers)
         self.boxes = {id(s): Box.from_subscription(s, THESIS_SCHEMA) for _, _, s in self.plan.subs}
