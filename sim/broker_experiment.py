@@ -32,9 +32,10 @@ The systems (docs/baselines.md has each one's readings):
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -50,7 +51,7 @@ from rangecast.brokers.migration import Relocation
 from rangecast.brokers.pop import PopStrategy
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.pubsub.schema import THESIS_SCHEMA
-from rangecast.pubsub.subscription import Subscription
+from rangecast.pubsub.subscription import Range, Subscription
 from rangecast.sim import runlog
 from rangecast.sim.broker_network import BrokerNetwork
 from rangecast.sim.latency import latency_model
@@ -86,6 +87,7 @@ __all__ = [
 ]
 
 SYSTEMS = ("siena", "padres", "octopia", "kyra", "pop", "grape")
+WORKLOADS = ("thesis", "burst", "clustered")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +124,25 @@ class BrokerParams:
         "per-link output queues of this bandwidth (Mbit/s) at every broker; 0: none",
         type=non_negative_float,
     )
+    cyclic: bool = param(
+        False,
+        "padres: tree-ID routing on OctopiA's unclustered SCOT (--clusters, --tree, --arity) "
+        "instead of one tree: OctopiA's comparator",
+        style="on-off",
+    )
+    workload: str = param(
+        "thesis",
+        "thesis: the thesis workload (full-domain ads); burst: OctopiA's burst run "
+        "(--publishers background publishers, a high-rate publisher with --hrp-subs subscribers, "
+        "--events of it at --hrp-rate/s); clustered: POP/GRAPE's clustered workload (95%% "
+        "low-rated subscribers at random brokers, 5%% high-rated on one broker)",
+        choices=WORKLOADS,
+    )
+    publishers: int = param(10, "burst, clustered: publishers, one ad box (stock symbol) each")
+    hrp_subs: int = param(40, "burst: subscribers of the high-rate publisher (every event)")
+    hrp_rate: float = param(
+        100.0, "burst: the high-rate publisher's events per second", type=positive_float
+    )
     #: The system; each command fixes it (``SiennaParams`` and the like below).
     system: str = "siena"
     sub_gap_ms: float = 2000.0
@@ -141,6 +162,12 @@ class BrokerParams:
             raise LocalProtocolError("--weight must be in [0, 100]")
         if self.sub_gap_ms <= 0 or self.pub_gap_ms <= 0:
             raise LocalProtocolError("inter-arrival times must be positive")
+        if self.workload not in WORKLOADS:
+            raise LocalProtocolError(f"workload is one of {', '.join(WORKLOADS)}")
+        if self.workload != "thesis" and not 1 <= self.publishers <= self.nodes // 2:
+            raise LocalProtocolError("need 1 <= --publishers <= --nodes/2")
+        if self.cyclic and (self.system != "padres" or self.covering):
+            raise LocalProtocolError("--cyclic on is PADRES' tree-ID routing: needs --covering off")
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +212,10 @@ class Plan:
     events: list[tuple[float | None, ...]]
     pubs: list[tuple[float, int]]
     gen: Workload
+    #: Publisher node -> its ad box (the paper workloads); empty: full-domain ads.
+    ads: dict[int, Box] = field(default_factory=dict)
+    #: The paper workloads' special brokers: the high-rate publisher's or the hot broker.
+    marks: dict[str, int] = field(default_factory=dict)
 
 
 def plan(seed: int, nodes: int, subs_per_node: float, events: int,
@@ -206,6 +237,104 @@ def plan(seed: int, nodes: int, subs_per_node: float, events: int,
         gap = pub_rng.expovariate(1000.0 / pub_gap_ms)
         pubs.append((gap, pub_rng.randrange(nodes)))
     return Plan(subs, values, pubs, gen)
+
+
+def _symbols(publishers: int) -> list[tuple[float, float]]:
+    """Publisher p's "stock symbol": a slice of Attr1, disjoint from the others (a gap of a
+    tenth of a slice between two), so that ads of different publishers never overlap."""
+    a = THESIS_SCHEMA.attributes[0]
+    w = (a.max - a.min) / publishers
+    return [(a.min + p * w, a.min + p * w + 0.9 * w) for p in range(publishers)]
+
+
+def _symbol_sub(sym: tuple[float, float], share: float, rng: random.Random | None) -> Subscription:
+    """A subscription to one symbol sinking ``share`` of its events: Attr1 = the symbol, and
+    for share < 1 an Attr2 window of that share of its (uniform) domain. ``rng`` None: the
+    window at the top of the domain, the same for every such subscriber (POP/GRAPE's rated
+    subscribers, like "low < 18.5" on YHOO quotes, share one predicate: the events one sinks,
+    all of its class sink); otherwise a random window (OctopiA's independent selectivity)."""
+    ranges = [(0, Range(*sym))]
+    if share < 1.0:
+        a = THESIS_SCHEMA.attributes[1]
+        w = (a.max - a.min) * share
+        lo = a.max - w if rng is None else a.min + rng.random() * (a.max - a.min - w)
+        ranges.append((1, Range(lo, lo + w)))
+    return Subscription(THESIS_SCHEMA.name, tuple(ranges))
+
+
+def _symbol_event(sym: tuple[float, float], rng: random.Random) -> tuple[float | None, ...]:
+    attrs = THESIS_SCHEMA.attributes
+    return (rng.uniform(*sym), *(rng.uniform(a.min, a.max) for a in attrs[1:]))
+
+
+def _ad_box(sym: tuple[float, float]) -> Box:
+    return Box.from_ranges(THESIS_SCHEMA, [(0, Range(*sym))])
+
+
+def paper_plan(p: BrokerParams, nodes: Sequence[int]) -> Plan:
+    """The papers' workloads over broker nodes ``nodes`` (module docs of the scenario):
+
+    * ``burst`` (OctopiA): ``publishers`` background publishers, each its own symbol, publish
+      one event per ``pub_gap_ms``; ``nodes * subs_per_node`` background subscriptions pick a
+      background symbol and sink 2 % of it (the paper's selectivity); publisher 0 is the
+      high-rate publisher (HRP): ``events`` events at ``hrp_rate`` per second, sunk entirely by
+      ``hrp_subs`` subscribers at random brokers (over all clusters). The background runs for
+      the HRP's duration.
+    * ``clustered`` (POP/GRAPE): ``publishers`` publishers at distinct random brokers, one
+      symbol each; ``nodes * subs_per_node`` subscribers, each to a random symbol: 5 % are
+      high-rated (sink all of it), all at one broker; 95 % low-rated (the same top 10 % of
+      Attr2) at random other brokers. ``events`` events in all, round robin, each publisher one per
+      ``pub_gap_ms`` on average."""
+    rng = stream(p.seed, f"paper-workload:{p.workload}")
+    gen = Workload(THESIS_SCHEMA, THESIS_WORKLOAD, stream(p.seed, "workload-layout"))
+    syms = _symbols(p.publishers)
+    where = rng.sample(list(nodes), p.publishers)
+    ads = {v: _ad_box(syms[i]) for i, v in enumerate(where)}
+    subs: list[tuple[float, int, Subscription]] = []
+    timed: list[tuple[float, int, tuple[float | None, ...]]] = []
+    n_subs = max(1, round(len(nodes) * p.subs_per_node))
+    t = 0.0
+    marks: dict[str, int] = {}
+    if p.workload == "burst":
+        hrp = where[0]
+        marks["hrp"] = hrp
+        for _ in range(p.hrp_subs):
+            t += rng.expovariate(1000.0 / p.sub_gap_ms)
+            subs.append((t, rng.choice(nodes), _symbol_sub(syms[0], 1.0, rng)))
+        for _ in range(n_subs):
+            t += rng.expovariate(1000.0 / p.sub_gap_ms)
+            sym = syms[rng.randrange(1, p.publishers)] if p.publishers > 1 else syms[0]
+            subs.append((t, rng.choice(nodes), _symbol_sub(sym, 0.02, rng)))
+        span = p.events / p.hrp_rate
+        for k in range(p.events):
+            timed.append((k / p.hrp_rate, hrp, _symbol_event(syms[0], rng)))
+        for i in range(1, p.publishers):
+            at = rng.expovariate(1000.0 / p.pub_gap_ms)
+            while at < span:
+                timed.append((at, where[i], _symbol_event(syms[i], rng)))
+                at += rng.expovariate(1000.0 / p.pub_gap_ms)
+    else:
+        hot = rng.choice(nodes)
+        marks["hot"] = hot
+        others = [v for v in nodes if v != hot]
+        for _ in range(n_subs):
+            t += rng.expovariate(1000.0 / p.sub_gap_ms)
+            sym = syms[rng.randrange(p.publishers)]
+            if rng.random() < 0.05:
+                subs.append((t, hot, _symbol_sub(sym, 1.0, None)))
+            else:
+                subs.append((t, rng.choice(others), _symbol_sub(sym, 0.1, None)))
+        clock = [0.0] * p.publishers
+        for k in range(p.events):
+            i = k % p.publishers
+            clock[i] += rng.expovariate(1000.0 / p.pub_gap_ms)
+            timed.append((clock[i], where[i], _symbol_event(syms[i], rng)))
+    timed.sort(key=lambda x: x[0])
+    pubs, last = [], 0.0
+    for at, v, _ in timed:
+        pubs.append((at - last, v))
+        last = at
+    return Plan(subs, [e for _, _, e in timed], pubs, gen, ads, marks)
 
 
 # -------------------------------------------------------------------------------- systems
@@ -242,6 +371,22 @@ class _System:
     def publish(self, b: Broker, ad: int, values: Sequence[float | None], now: float) -> int:
         return b.publish(values, now, 0)
 
+    def scot_brokers(self) -> list[int]:
+        m = self.p.clusters
+        return list(range(self.p.nodes // m * m))
+
+    def scot_shape(self, brokers: list[int]) -> tuple[list[tuple[int, int]], list[list[int]]]:
+        """OctopiA's SCOT layout: brokers shuffled into m clusters of n/m regions, the shape
+        the tree (--tree) over cluster 0's brokers (positions: their order in the group)."""
+        m = self.p.clusters
+        n = len(brokers) // m
+        order = list(brokers)
+        self.sc.stream("octopia-layout").shuffle(order)
+        groups = [order[c * n : (c + 1) * n] for c in range(m)]
+        g = self.tree(groups[0])
+        pos = {v: x for x, v in enumerate(groups[0])}
+        return [(pos[a], pos[b]) for a, b in g.edges_with()], groups
+
     def tree(self, nodes: list[int], rng_name: str = "broker-tree") -> BrokerGraph:
         p = self.p
         if p.tree == "kary":
@@ -271,10 +416,21 @@ class _Tree(_System):
     """SIENA, and PADRES (with advertisements) on one tree."""
 
     def config(self) -> RoutingConfig:
-        return padres(self.p.covering) if self.ads else siena(self.p.covering)
+        if self.ads:
+            return padres(self.p.covering, cyclic=self.p.cyclic)
+        return siena(self.p.covering)
+
+    def brokers(self) -> list[int]:
+        return self.scot_brokers() if self.p.cyclic else super().brokers()
 
     def build(self, brokers: list[int]) -> None:
-        self.graph = self.tree(brokers)
+        if self.p.cyclic:
+            # OctopiA's comparator: the same SCOT, unclustered, one cyclic overlay.
+            edges, groups = self.scot_shape(brokers)
+            self.graph = octopia.build(edges, self.p.clusters, groups, self.rtt).graph
+            self.layout.update(graph="scot", clusters=self.p.clusters)
+        else:
+            self.graph = self.tree(brokers)
         self.cfg = self.config()
 
     def make(self, v: int) -> Broker:
@@ -348,19 +504,12 @@ class _Octopia(_System):
     ads = True
 
     def brokers(self) -> list[int]:
-        m = self.p.clusters
-        return list(range(self.p.nodes // m * m))
+        return self.scot_brokers()
 
     def build(self, brokers: list[int]) -> None:
         m = self.p.clusters
-        n = len(brokers) // m
-        order = list(brokers)
-        self.sc.stream("octopia-layout").shuffle(order)
-        groups = [order[c * n : (c + 1) * n] for c in range(m)]
-        # The shape: the tree over cluster 0's brokers, positions = their order in the group.
-        g = self.tree(groups[0])
-        pos = {v: x for x, v in enumerate(groups[0])}
-        edges = [(pos[a], pos[b]) for a, b in g.edges_with()]
+        edges, groups = self.scot_shape(brokers)
+        n = len(groups[0])
         self.lay = octopia.build(edges, m, groups, self.rtt)
         self.configs = self.lay.configs()
         self.layout.update(clusters=m, regions=n, dynamic=self.p.dynamic)
@@ -455,6 +604,7 @@ class BrokerResult(RunResult):
     WALL_FIELDS = ("wall_s",)
 
     system: str
+    workload: str
     nodes: int
     brokers: int
     subscriptions: int
@@ -476,6 +626,12 @@ class BrokerResult(RunResult):
     load_gini: float
     setup_messages: int
     setup_bytes: int
+    #: Publication messages (broker to broker) per event: the papers' message rate.
+    publications_per_event: float
+    #: Advertisement messages of the set-up (OctopiA: with its CIB_SET replies).
+    ad_messages: int
+    #: SRT (advertisement) entries per broker after the set-up.
+    srt_entries: dict[str, float]
     messages_by_type: dict[str, Any]
     migrations: int
     layout: dict[str, Any]
@@ -489,7 +645,7 @@ class BrokerResult(RunResult):
         verdict = "every delivery as the oracle" if self.verdict.succeeded() else "MISMATCH"
         return "\n".join(
             [
-                f"{self.system} on the thesis workload: {self.brokers:,} brokers of "
+                f"{self.system} on the {self.workload} workload: {self.brokers:,} brokers of "
                 f"{self.nodes:,} nodes, {self.subscriptions:,} subscriptions, {self.events:,} "
                 f"events, seed {self.seed} (latency model {self.latency_model['name']})",
                 "  layout             "
@@ -497,8 +653,8 @@ class BrokerResult(RunResult):
                 f"  oracle             {v.expected_deliveries:,} expected; missed {v.missed}, "
                 f"duplicates {v.duplicates}, false deliveries {v.false_positives}: {verdict}",
                 f"  per event          {self.messages_per_event:.1f} messages, "
-                f"{self.bytes_per_event:,.0f} bytes; {self.hops_per_delivery:.2f} hops per "
-                f"delivery",
+                f"{self.bytes_per_event:,.0f} bytes, {self.publications_per_event:.1f} "
+                f"publications; {self.hops_per_delivery:.2f} hops per delivery",
                 f"  delivery latency   mean {dl['mean']:.0f} ms, p90 {dl['p90']:.0f}, "
                 f"max {dl['max']:.0f}",
                 f"  brokers            {self.false_positive_receptions:,} false-positive "
@@ -508,6 +664,8 @@ class BrokerResult(RunResult):
                 f"Gini {self.load_gini:.3f}",
                 f"  set-up             {self.setup_messages:,} messages, "
                 f"{self.setup_bytes:,} bytes; migrations {self.migrations}",
+                f"  advertisements     {self.ad_messages:,} messages; SRT entries mean "
+                f"{self.srt_entries['mean']:.1f}, max {self.srt_entries['max']:.0f}",
                 f"  wall {self.wall_s:.1f} s",
             ]
         )
@@ -552,10 +710,13 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             self.messages_log = runlog.MessageLog(self.out_dir / "messages.parquet", self.sim.codec)
             self.sim.message_log = self.messages_log.record
         self.bnet = BrokerNetwork(self.sim, p.seed, p.nodes, link_bps=p.link_mbps * 1e6)
-        self.plan = plan(p.seed, p.nodes, p.subs_per_node, p.events, p.sub_gap_ms, p.pub_gap_ms)
-        self.boxes = {id(s): Box.from_subscription(s, THESIS_SCHEMA) for _, _, s in self.plan.subs}
         self.system = _SYSTEMS[p.system](self)
         brokers = self.system.brokers()
+        if p.workload == "thesis":
+            self.plan = plan(p.seed, p.nodes, p.subs_per_node, p.events, p.sub_gap_ms, p.pub_gap_ms)
+        else:
+            self.plan = paper_plan(p, brokers)
+        self.boxes = {id(s): Box.from_subscription(s, THESIS_SCHEMA) for _, _, s in self.plan.subs}
         self.bnet.place(brokers)
         self.system.build(brokers)
         self.bnet.start(self.system.make)
@@ -578,9 +739,10 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         whole = Box.whole(THESIS_SCHEMA)
         if system.ads:
             for i in publishers:
+                box = pl.ads.get(i, whole)
 
-                def adv(b: Broker, now: float, c: int = n + i) -> None:
-                    self.ad_of[c] = system.advertise(b, c, whole, now)
+                def adv(b: Broker, now: float, c: int = n + i, box: Box = box) -> None:
+                    self.ad_of[c] = system.advertise(b, c, box, now)
 
                 net.call(n + i, adv, 0.0)
         #: (broker, sid) -> subscription index
@@ -595,6 +757,14 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         self.say(f"installing {len(pl.subs):,} subscriptions")
         sim.run()
         self.setup_traffic = (sim.stats.messages, sim.stats.bytes)
+        by_type = sim.stats.types_json()
+        # Advertisements and, in OctopiA, the CIB_SET replies they cause (set-up's controls).
+        self.ad_messages = sum(
+            by_type.get(k, {}).get("messages", 0)
+            for k in ("Advertise", *(("Control",) if p.system == "octopia" else ()))
+        )
+        self.setup_pubs = by_type.get("Publish", {}).get("messages", 0)
+        self.srt = [b.srt_size() for _, b in sorted(net.brokers.items())]
         self.setup_load = [
             sim.stats.sent_messages[v] + sim.stats.received_messages[v] for v in range(n)
         ]
@@ -696,6 +866,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         self.phases["check"] = time.perf_counter() - mark
         return BrokerResult(
             system=p.system,
+            workload=p.workload,
             nodes=p.nodes,
             brokers=len(brokers),
             subscriptions=len(pl.subs),
@@ -727,6 +898,17 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             load_gini=gini(load),
             setup_messages=setup_messages,
             setup_bytes=setup_bytes,
+            ad_messages=self.ad_messages,
+            publications_per_event=(
+                sim.stats.types_json().get("Publish", {}).get("messages", 0) - self.setup_pubs
+            )
+            / n_events
+            if n_events
+            else 0.0,
+            srt_entries={
+                "mean": sum(self.srt) / len(self.srt) if self.srt else 0.0,
+                "max": float(max(self.srt, default=0)),
+            },
             messages_by_type=sim.stats.types_json(),
             migrations=migrations,
             layout=self.system.layout,
