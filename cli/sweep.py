@@ -34,9 +34,11 @@ def _sweep_cmd(args: argparse.Namespace) -> int:
         lines = [table.render(plan, result.rows)]
         for f in result.document["failures"]:
             lines.append(f"FAILED {f['run']} ({f['label']}): {f['error']}")
+        if result.report_note is not None:
+            lines.append(f"note: {result.report_note}")
         if result.report_problem is not None:
             lines.append(f"no report: {result.report_problem}")
-        elif args.spark and not args.no_report:
+        elif args.spark and not args.no_report and result.document.get("report"):
             lines.append(f"report: {out / 'report.html'}")
         lines.append(f"table: {out / 'sweep.parquet'} and {out / 'sweep.json'}")
         return "\n".join(lines)

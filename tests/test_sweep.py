@@ -116,6 +116,24 @@ BAD_PLANS = [
     ("[grid]\nnodes = [10, 0]\n", "run r001_nodes-0_seed-1 (nodes=0, seed=1): --nodes must be"),
     ("[base]\nprobe = 'carrier-pigeon'\n", "probe must be 'unicast' or 'multicast'"),
     ("[base\n", "not valid TOML"),
+    ("scenarios = ['siena', 'chaos']\n", "'scenarios' 'chaos' is not known"),
+    ("scenarios = ['siena', 'siena']\n", "'scenarios' lists a scenario twice"),
+    ("scenarios = []\n", "'scenarios' must be a non-empty list of names"),
+    ("scenario = 'siena'\nscenarios = ['kyra']\n", "'scenario' or 'scenarios', not both"),
+    # Keys come from the named scenario's dataclass: the thesis' overlay keys are not a broker's.
+    (
+        "scenario = 'siena'\n[base]\nprobe = 'multicast'\n",
+        "[base] probe: unknown parameter of scenario 'siena'",
+    ),
+    (
+        "scenarios = ['siena', 'thesis']\n[grid]\narity = [2]\n",
+        "[grid] arity: unknown parameter of scenario 'thesis'",
+    ),
+    (
+        "scenario = 'kyra'\n[base]\nmax_size = 'big'\n",
+        "[base] max_size (scenario 'kyra'): expected an integer",
+    ),
+    ("scenario = 'siena'\n[base]\nnodes = 1\n", "siena run r000_seed-1 (nodes=1, seed=1): need"),
 ]
 
 
@@ -126,6 +144,51 @@ def test_invalid_plans_name_file_and_key(tmp_path: Path, text: str, message: str
         load_plan(str(path))
     assert str(err.value).startswith(f"{path}: ")
     assert message in str(err.value)
+
+
+def test_plans_of_other_scenarios(tmp_path: Path) -> None:
+    from rangecast.sim.broker_experiment import KyraParams, SienaParams
+
+    path = _plan_file(
+        tmp_path,
+        "scenarios = ['siena', 'kyra']\nseeds = [1, 2]\n[base]\nevents = 5\n"
+        "[grid]\nnodes = [10, 20]\n",
+    )
+    plan = load_plan(str(path))
+    assert plan.scenarios == ("siena", "kyra") and plan.scenario == "siena,kyra"
+    assert not plan.thesis_only and plan.describe()["scenarios"] == ["siena", "kyra"]
+    # The scenario varies slowest, then the grid, then the seed.
+    assert [(r.scenario, r.params.nodes, r.seed) for r in plan.runs] == [
+        (s, n, seed) for s in ("siena", "kyra") for n in (10, 20) for seed in (1, 2)
+    ]
+    assert isinstance(plan.runs[0].params, SienaParams)
+    assert isinstance(plan.runs[-1].params, KyraParams) and plan.runs[-1].params.events == 5
+    assert plan.runs[5].run_id == "r005_scenario-kyra_nodes-10_seed-2"
+    assert plan.runs[5].label == "scenario=kyra nodes=10 seed=2"
+    assert plan.param_columns() == ["scenario", "seed", "nodes", "latency", "events"]
+    # Cost: nodes x events whatever the scenario; nodes alone (or 1) without those fields.
+    assert plan.runs[2].cost() == 20 * 5
+    lbdd = parse_plan("scenario = 'lbdd'\n[base]\nsubscribers = 5\n", "l.toml")
+    assert lbdd.runs[0].cost() == 1.0
+    route = parse_plan("scenario = 'route'\n[base]\nnodes = 50\n", "r.toml")
+    assert route.runs[0].cost() == 50.0
+    assert route.param_columns() == ["scenario", "seed", "nodes", "latency"]
+
+
+def test_baselines_plan() -> None:
+    plan = load_plan("baselines")
+    systems = ("thesis", "siena", "padres", "octopia", "kyra", "pop", "grape")
+    assert plan.scenarios == systems and plan.seeds == (1, 2)
+    assert [r.scenario for r in plan.runs] == [s for s in systems for _ in (1, 2)]
+    assert all(r.params.nodes == 200 and r.params.events == 500 for r in plan.runs)
+
+
+def test_invalid_plan_key_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _plan_file(tmp_path, "scenario = 'siena'\n[grid]\nlb = [true]\n")
+    assert main(["sim", "sweep", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "[grid] lb: unknown parameter of scenario 'siena'" in err
 
 
 def test_unknown_plan_lists_shipped(tmp_path: Path) -> None:
@@ -256,6 +319,35 @@ def test_cli_json_and_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "--master needs --spark" in capsys.readouterr().err
 
 
+def test_plan_of_two_broker_systems_runs(tmp_path: Path) -> None:
+    path = _plan_file(
+        tmp_path,
+        "name = 'two'\nscenarios = ['siena', 'octopia']\n[base]\nnodes = 20\nevents = 20\n"
+        "[grid]\ncovering = [true, false]\n",
+    )
+    result = run_sweep(load_plan(str(path)), tmp_path / "out", jobs=2, quiet=True)
+    assert result.ok and result.document["executor"] == "processes"
+    rows = result.rows
+    assert [(r["scenario"], r["covering"]) for r in rows] == [
+        (s, c) for s in ("siena", "octopia") for c in (True, False)
+    ]
+    # Every row has every column (the union), in the same order.
+    assert len({tuple(r) for r in rows}) == 1
+    for r in rows:
+        assert r["status"] == "ok" and r["system"] == r["scenario"]
+        assert r["missed"] == r["duplicates"] == r["false_positives"] == 0
+        assert r["expected_deliveries"] > 0 and r["events"] == 20 and r["nodes"] == 20
+        assert 0 < r["delivery_latency_mean_ms"] <= r["delivery_latency_max_ms"]
+        assert r["messages_per_event"] > 0 and r["table_entries_max"] >= r["table_entries_mean"]
+        run = json.loads((result.out / r["run_dir"] / "run.json").read_text())
+        assert run["summary"]["hops_per_delivery"] == r["hops_per_delivery"]
+    # Thesis-only columns no broker run reports are left out.
+    assert "probe_bytes_mean" not in rows[0] and "publish_bytes_mean" not in rows[0]
+    assert pq.read_table(result.out / "sweep.parquet").to_pylist() == rows
+    again = run_sweep(load_plan(str(path)), tmp_path / "again", jobs=1, quiet=True)
+    assert _without_wall(again.rows) == _without_wall(rows)
+
+
 def test_recover_reads_finished_logs(smoke: Any) -> None:
     plan = load_plan("smoke")
     got = recover(plan.runs[0], smoke.out, since=0.0, error="lost")
@@ -290,6 +382,19 @@ def test_spark_sweep_gives_the_same_table(smoke: Any, tmp_path: Path) -> None:
     assert _without_wall(result.rows) == _without_wall(smoke.rows)
     for r in result.rows:
         assert (tmp_path / "spark" / r["run_dir"] / "run.json").is_file()
+
+
+@pytest.mark.slow
+def test_spark_sweep_of_brokers_skips_the_report(tmp_path: Path) -> None:
+    reason = _spark_ready()
+    if reason is not None:
+        pytest.skip(reason)
+    plan = parse_plan("scenario = 'siena'\n[base]\nnodes = 20\nevents = 10\n", "b.toml")
+    result = run_sweep(plan, tmp_path / "b", spark=True, quiet=True)
+    assert result.ok and result.report_problem is None
+    assert result.report_note == "no report for siena runs (the report reads thesis runs only)"
+    assert result.rows[0]["missed"] == 0 and not (tmp_path / "b" / "report.html").exists()
+    assert result.document["report"] is None
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import rangecast.analysis.sweep.table as table
-from rangecast.analysis.sweep.plan import Plan
+from rangecast.analysis.sweep.plan import THESIS, Plan
 from rangecast.analysis.sweep.runs import Progress, run_dir, run_local
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.sim.outputs import ensure_writable_dir
@@ -33,6 +33,8 @@ class SweepResult:
     mismatched: int
     #: The report's error, or why it was not built; None when built or not asked for.
     report_problem: str | None
+    #: Why the report was skipped or left runs out (not an error): plans of other scenarios.
+    report_note: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -77,6 +79,7 @@ def run_sweep(
     wall0 = time.perf_counter()
     session = owned_session = None
     report_problem: str | None = None
+    report_note: str | None = None
     try:
         if spark:
             from rangecast.analysis.sweep.spark import active_session, run_spark, spark_session
@@ -112,8 +115,22 @@ def run_sweep(
         # The table first: whatever happens to the report, the runs' figures are on disk.
         table.write(out, plan, rows, facts)
         progress.say(f"table written: {out / 'sweep.parquet'}, {out / 'sweep.json'}")
-        if spark and report:
-            ok_dirs = [run_dir(out, plan.runs[r["index"]]) for r in rows if r["status"] == "ok"]
+        # The report reads thesis run logs only: other scenarios' runs are left out, said once.
+        others = sorted({s for s in plan.scenarios if s != THESIS})
+        if spark and report and others:
+            report_note = (
+                f"no report for {', '.join(others)} runs (the report reads thesis runs only)"
+                if THESIS not in plan.scenarios
+                else f"the report covers the thesis runs only, not {', '.join(others)}"
+            )
+            facts["report_note"] = report_note
+            progress.say(report_note)
+        if spark and report and THESIS in plan.scenarios:
+            ok_dirs = [
+                run_dir(out, plan.runs[r["index"]])
+                for r in rows
+                if r["status"] == "ok" and plan.runs[r["index"]].scenario == THESIS
+            ]
             report_problem = _build_report(ok_dirs, session, master, out, progress)
             if report_problem is None:
                 facts["report"] = "report.html"
@@ -121,20 +138,30 @@ def run_sweep(
                 facts["report_problem"] = report_problem
             facts["wall_s"] = time.perf_counter() - wall0
             table.write(out, plan, rows, facts)
+        elif report_note is not None:
+            table.write(out, plan, rows, facts)
     finally:
         if owned_session is not None:
             owned_session.stop()
     mismatched = sum(
         1
         for r in rows
-        if r["status"] == "ok" and (r["missed"] or r["duplicates"] or r["false_positives"])
+        # (.get: a scenario without an oracle has none of these columns)
+        if r["status"] == "ok"
+        and (r.get("missed") or r.get("duplicates") or r.get("false_positives"))
     )
     progress.say(
         f"done: {len(rows) - len(failures)}/{len(rows)} runs finished, {len(failures)} failed, "
         f"{mismatched} with oracle mismatches"
     )
     return SweepResult(
-        out, rows, table.document(plan, rows, facts), len(failures), mismatched, report_problem
+        out,
+        rows,
+        table.document(plan, rows, facts),
+        len(failures),
+        mismatched,
+        report_problem,
+        report_note,
     )
 
 

@@ -1,4 +1,4 @@
-"""Sweep plans: a TOML file naming a scenario, parameter values and seeds (docs/sweeps.md).
+"""Sweep plans: a TOML file naming scenarios, parameter values and seeds (docs/sweeps.md).
 
 A plan expands into independent runs, one per (grid combination, seed), in a fixed order: the
 cartesian product of ``[grid]`` in the order its keys are written (the last key varies fastest),
@@ -6,8 +6,12 @@ each with every seed. That order numbers the runs and their directories, so a pl
 the same runs whatever executes them.
 
 Everything is checked before any run starts, naming the plan file and the key, and every
-combination's parameters are built once (``ThesisParams.check``, ``OverlayConfig``'s own checks),
+combination's parameters are built once (the scenario's ``check``, a nested config's own checks),
 so a typo or an impossible value fails in a second instead of an hour into a sweep.
+
+A plan runs any scenario of the registry (sim.registry), or several (``scenarios = [...]``,
+crossed with the grid: the scenario varies slowest); its keys are the fields of that scenario's
+parameter dataclass, read from the dataclass itself.
 """
 
 from __future__ import annotations
@@ -25,15 +29,19 @@ from typing import Any
 
 from rangecast.dht.errors import RangecastError
 from rangecast.sim.latency import NAMED_MATRICES
+from rangecast.sim.registry import SCENARIOS as REGISTRY
 from rangecast.sim.scenario import build_params, plan_keys
 from rangecast.sim.thesis_experiment import ThesisParams
 
-TOP_KEYS = ("name", "description", "scenario", "seeds", "base", "grid")
-SCENARIOS = ("thesis",)
-#: Parameters a plan may set, with their types: the scenario's parameter dataclass, the same
-#: one its command-line options come from (sim.scenario.plan_keys: every field but ``seed``,
-#: which comes from ``seeds``, the nested OverlayConfig spread out but for ``load_balancing``,
-#: which is ThesisParams' ``lb``).
+TOP_KEYS = ("name", "description", "scenario", "scenarios", "seeds", "base", "grid")
+#: Scenarios a plan may name: every registered one (sim.registry), in its order.
+SCENARIOS = tuple(REGISTRY)
+#: The scenario whose runs the report reads and whose figures the table was made for.
+THESIS = "thesis"
+#: Parameters a thesis plan may set, with their types: the scenario's parameter dataclass, the
+#: same one its command-line options come from (sim.scenario.plan_keys: every field but
+#: ``seed``, which comes from ``seeds``, the nested OverlayConfig spread out but for
+#: ``load_balancing``, which is ThesisParams' ``lb``). ``param_keys`` gives any scenario's.
 PARAM_KEYS: dict[str, Any] = plan_keys(ThesisParams)
 #: Keys whose string values may be file paths, resolved against the plan file's directory.
 PATH_KEYS = ("latency", "events_from")
@@ -42,6 +50,13 @@ LATENCY_NAMES = ("synthetic", *NAMED_MATRICES)
 
 class PlanError(RangecastError, ValueError):
     """A sweep plan cannot be read or is invalid."""
+
+
+def param_keys(scenario: str) -> dict[str, Any]:
+    """The keys a plan of ``scenario`` may set, with their types (sim.scenario.plan_keys)."""
+    if scenario == THESIS:
+        return PARAM_KEYS
+    return plan_keys(REGISTRY[scenario].params_type)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,20 +70,29 @@ class RunSpec:
     seed: int
     #: The plan's own values for this run (base and grid keys), as written in the plan.
     settings: dict[str, Any]
-    #: ThesisParams with defaults filled in and plan-relative paths resolved.
-    params: ThesisParams
+    #: The scenario's parameter dataclass (ThesisParams, SienaParams, ...) with defaults filled
+    #: in and plan-relative paths resolved.
+    params: Any
     #: The run's grid values and seed, for progress and error messages: ``nodes=60 seed=1``.
     label: str
 
     def cost(self) -> float:
-        """Rough relative run time, to start long runs first (it never changes the results)."""
-        return float(self.params.nodes) * max(1, self.params.events)
+        """Rough relative run time, to start long runs first (it never changes the results):
+        nodes x events, or just nodes (or 1) for a scenario without events (or nodes)."""
+        nodes = getattr(self.params, "nodes", 1)
+        events = getattr(self.params, "events", 1)
+        if not isinstance(nodes, int) or isinstance(nodes, bool):
+            nodes = 1
+        if not isinstance(events, int) or isinstance(events, bool):
+            events = 1
+        return float(nodes) * max(1, events)
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
     name: str
     description: str
+    #: The scenario, or the scenarios joined by "," when the plan lists several.
     scenario: str
     seeds: tuple[int, ...]
     base: dict[str, Any]
@@ -76,6 +100,13 @@ class Plan:
     #: Where the plan came from: a file path, or ``<shipped>/name.toml``.
     source: str
     runs: tuple[RunSpec, ...]
+    #: Every scenario the plan runs, in plan order (one, unless ``scenarios = [...]``).
+    scenarios: tuple[str, ...] = (THESIS,)
+
+    @property
+    def thesis_only(self) -> bool:
+        """Whether every run is a thesis run (its table and report are the thesis' own)."""
+        return self.scenarios == (THESIS,)
 
     def describe(self) -> dict[str, Any]:
         """The plan as JSON (for sweep.json)."""
@@ -83,6 +114,7 @@ class Plan:
             "name": self.name,
             "description": self.description,
             "scenario": self.scenario,
+            **({"scenarios": list(self.scenarios)} if len(self.scenarios) > 1 else {}),
             "seeds": list(self.seeds),
             "base": _jsonable(self.base),
             "grid": {k: [_jsonable(v) for v in vs] for k, vs in self.grid.items()},
@@ -90,8 +122,10 @@ class Plan:
         }
 
     def param_columns(self) -> list[str]:
-        """The table's parameter columns: seed, nodes and latency always, then the plan's keys."""
-        cols = ["seed", "nodes", "latency"]
+        """The table's parameter columns: seed, nodes and latency always (a thesis plan's
+        columns), the scenario first for a plan of other scenarios, then the plan's keys."""
+        cols = [] if self.thesis_only else ["scenario"]
+        cols += ["seed", "nodes", "latency"]
         cols += [k for k in (*self.base, *self.grid) if k not in cols]
         return cols
 
@@ -228,9 +262,9 @@ def _slug(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")[:40] or "x"
 
 
-def _params(settings: dict[str, Any], seed: int) -> ThesisParams:
-    """ThesisParams for one run: plan values over the defaults (checks run here)."""
-    params = build_params(ThesisParams, {**settings, "seed": seed})
+def _params(scenario: str, settings: dict[str, Any], seed: int) -> Any:
+    """The scenario's parameters for one run: plan values over the defaults (checks run here)."""
+    params: Any = build_params(REGISTRY[scenario].params_type, {**settings, "seed": seed})
     params.check()
     return params
 
@@ -259,11 +293,31 @@ def parse_plan(text: str, source: str, folder: Path | None = None) -> Plan:
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise PlanError(f"{source}: 'name' must be letters, digits, '.', '_' or '-', got {name!r}")
     description = text_key("description", "")
-    scenario = text_key("scenario", "thesis")
-    if scenario not in SCENARIOS:
-        raise PlanError(
-            f"{source}: 'scenario' {scenario!r} is not known (known: {', '.join(SCENARIOS)})"
-        )
+    if "scenario" in doc and "scenarios" in doc:
+        raise PlanError(f"{source}: give 'scenario' or 'scenarios', not both")
+    if "scenarios" in doc:
+        listed = doc["scenarios"]
+        if (
+            not isinstance(listed, list)
+            or not listed
+            or not all(isinstance(s, str) for s in listed)
+        ):
+            raise PlanError(
+                f"{source}: 'scenarios' must be a non-empty list of names, got {listed!r}"
+            )
+        if len(set(listed)) != len(listed):
+            raise PlanError(f"{source}: 'scenarios' lists a scenario twice: {listed!r}")
+        scenarios: tuple[str, ...] = tuple(listed)
+        what = "'scenarios'"
+    else:
+        scenarios = (text_key("scenario", THESIS),)
+        what = "'scenario'"
+    for scenario in scenarios:
+        if scenario not in SCENARIOS:
+            raise PlanError(
+                f"{source}: {what} {scenario!r} is not known (known: {', '.join(SCENARIOS)})"
+            )
+    keys_of = {s: param_keys(s) for s in scenarios}
 
     seeds = doc.get("seeds", [1])
     if (
@@ -282,11 +336,12 @@ def parse_plan(text: str, source: str, folder: Path | None = None) -> Plan:
         for k in table:
             if k == "seed":
                 raise PlanError(f"{source}: [{key}] seed: seeds are set by the top-level 'seeds'")
-            if k not in PARAM_KEYS:
-                raise PlanError(
-                    f"{source}: [{key}] {k}: unknown parameter of scenario {scenario!r} "
-                    f"(known: {', '.join(PARAM_KEYS)})"
-                )
+            for scenario, keys in keys_of.items():
+                if k not in keys:
+                    raise PlanError(
+                        f"{source}: [{key}] {k}: unknown parameter of scenario {scenario!r} "
+                        f"(known: {', '.join(keys)})"
+                    )
         return table
 
     raw_base = param_table("base")
@@ -298,7 +353,14 @@ def parse_plan(text: str, source: str, folder: Path | None = None) -> Plan:
             raise PlanError(f"{source}: {k!r} is in both [base] and [grid]")
 
     def check_value(key: str, value: Any, where: str) -> Any:
-        value = _coerce(value, PARAM_KEYS[key], where)
+        # Every listed scenario must take the value (their types agree in practice; the last
+        # one's coerced value is kept).
+        coerced = value
+        for scenario, keys in keys_of.items():
+            plain = list(keys_of) == [THESIS]  # (a thesis plan's errors read as they always did)
+            shown = where if plain else f"{where} (scenario {scenario!r})"
+            coerced = _coerce(value, keys[key], shown)
+        value = coerced
         if key in PATH_KEYS:
             # Validate now (the path must exist); the run resolves it again from the same text.
             _resolve_path(key, value, folder, where)
@@ -318,25 +380,42 @@ def parse_plan(text: str, source: str, folder: Path | None = None) -> Plan:
         grid[k] = checked
 
     combos = list(itertools.product(*grid.values())) if grid else [()]
-    total = len(combos) * len(seeds)
+    total = len(scenarios) * len(combos) * len(seeds)
     width = max(3, len(str(total - 1)))
+    # Several scenarios: the scenario is the slowest-varying "grid key" of the run names.
+    several = len(scenarios) > 1
     runs: list[RunSpec] = []
-    for combo in combos:
-        chosen = dict(zip(grid, combo, strict=True))
-        settings = {**base, **chosen}
-        resolved = {
-            k: _resolve_path(k, v, folder, source) if k in PATH_KEYS else v
-            for k, v in settings.items()
-        }
-        for seed in seeds:
-            index = len(runs)
-            parts = [f"{k}-{_slug(v)}" for k, v in chosen.items()] + [f"seed-{seed}"]
-            run_id = f"r{index:0{width}d}_" + "_".join(parts)
-            try:
-                params = _params(resolved, seed)
-            except RangecastError as exc:
-                shown = ", ".join(f"{k}={v!r}" for k, v in settings.items())
-                raise PlanError(f"{source}: run {run_id} ({shown}, seed={seed}): {exc}") from exc
-            label = " ".join([*(f"{k}={v}" for k, v in chosen.items()), f"seed={seed}"])
-            runs.append(RunSpec(index, run_id, scenario, seed, settings, params, label))
-    return Plan(name, description, scenario, tuple(seeds), base, grid, source, tuple(runs))
+    for scenario in scenarios:
+        for combo in combos:
+            chosen = dict(zip(grid, combo, strict=True))
+            settings = {**base, **chosen}
+            resolved = {
+                k: _resolve_path(k, v, folder, source) if k in PATH_KEYS else v
+                for k, v in settings.items()
+            }
+            named = {"scenario": scenario, **chosen} if several else chosen
+            for seed in seeds:
+                index = len(runs)
+                parts = [f"{k}-{_slug(v)}" for k, v in named.items()] + [f"seed-{seed}"]
+                run_id = f"r{index:0{width}d}_" + "_".join(parts)
+                try:
+                    params = _params(scenario, resolved, seed)
+                except RangecastError as exc:
+                    shown = ", ".join(f"{k}={v!r}" for k, v in settings.items())
+                    on = f"{scenario} " if several or scenario != THESIS else ""
+                    raise PlanError(
+                        f"{source}: {on}run {run_id} ({shown}, seed={seed}): {exc}"
+                    ) from exc
+                label = " ".join([*(f"{k}={v}" for k, v in named.items()), f"seed={seed}"])
+                runs.append(RunSpec(index, run_id, scenario, seed, settings, params, label))
+    return Plan(
+        name,
+        description,
+        ",".join(scenarios),
+        tuple(seeds),
+        base,
+        grid,
+        source,
+        tuple(runs),
+        scenarios,
+    )

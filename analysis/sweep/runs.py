@@ -37,7 +37,7 @@ def execute(spec: RunSpec, out: str, *, announce: bool = False) -> dict[str, Any
     ``announce``: print start and end lines to stderr (Spark tasks: in local mode the driver's
     console shows a worker's stderr, which is the only per-run progress Spark can give).
     """
-    from rangecast.sim.thesis_experiment import run_thesis
+    from rangecast.sim.registry import SCENARIOS
 
     where = run_dir(out, spec)
     if announce:
@@ -46,7 +46,10 @@ def execute(spec: RunSpec, out: str, *, announce: bool = False) -> dict[str, Any
     outcome: dict[str, Any] = {"index": spec.index, "run_id": spec.run_id}
     try:
         # force: the sweep already refused a non-empty DIR unless --force was given.
-        summary = run_thesis(spec.params, progress=None, out=where, force=True)
+        # Through the registry, as ``rangecast sim run NAME`` does (thesis: run_thesis's call).
+        summary = SCENARIOS[spec.scenario].run_json(
+            spec.params, progress=None, out=where, force=True
+        )
         # A JSON round trip: tuples become lists, so outcomes compare equal however they travel.
         outcome.update(status="ok", summary=json.loads(json.dumps(summary)))
     except Exception as exc:
