@@ -52,9 +52,7 @@ from rangecast.brokers.pop import PopStrategy
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.pubsub.schema import THESIS_SCHEMA
 from rangecast.pubsub.subscription import Range, Subscription
-from rangecast.sim import runlog
 from rangecast.sim.broker_network import BrokerNetwork
-from rangecast.sim.latency import latency_model
 from rangecast.sim.options import non_negative_float, positive_float
 from rangecast.sim.percentiles import ordered_sum, percentile
 from rangecast.sim.scenario import (
@@ -76,12 +74,6 @@ __all__ = [
     "BrokerParams",
     "BrokerResult",
     "BrokerScenario",
-    "Grape",
-    "Kyra",
-    "Octopia",
-    "Padres",
-    "Pop",
-    "Siena",
     "gini",
     "plan",
 ]
@@ -703,12 +695,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
 
     def setup(self) -> None:
         p = self.params
-        self.model = latency_model(p.latency, p.seed)
-        self.sim = self.simulator()
-        self.messages_log = None
-        if self.out_dir is not None:
-            self.messages_log = runlog.MessageLog(self.out_dir / "messages.parquet", self.sim.codec)
-            self.sim.message_log = self.messages_log.record
+        self.setup_engine()
         self.bnet = BrokerNetwork(self.sim, p.seed, p.nodes, link_bps=p.link_mbps * 1e6)
         self.system = _SYSTEMS[p.system](self)
         brokers = self.system.brokers()
@@ -920,49 +907,28 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         return {**super().logged_params(), "system": self.params.system}
 
 
-class Siena(BrokerScenario):
-    name = "siena"
-    command = ("run", "siena")
-    help = "SIENA's filter-based broker tree on the thesis workload, checked by the oracle"
-    params_type = SienaParams
+#: Each system's scenario (``rangecast sim run NAME``): its parameters (``system`` fixed) and
+#: one line of help.
+_SCENARIOS: dict[str, tuple[type[BrokerParams], str]] = {
+    "siena": (SienaParams, "SIENA's filter-based broker tree on the thesis workload"),
+    "padres": (PadresParams, "PADRES (advertisements) on the thesis workload"),
+    "octopia": (OctopiaParams, "OctopiA's clustered SCOT (CIVs, SNR/IDR) on the thesis workload"),
+    "kyra": (KyraParams, "Kyra's cliques, zones and trees on the thesis workload"),
+    "pop": (PopParams, "POP publisher relocation on PADRES, thesis workload"),
+    "grape": (GrapeParams, "GRAPE publisher relocation on PADRES, thesis workload"),
+}
 
 
-class Padres(BrokerScenario):
-    name = "padres"
-    command = ("run", "padres")
-    help = "PADRES (advertisements) on the thesis workload, checked by the oracle"
-    params_type = PadresParams
-
-
-class Octopia(BrokerScenario):
-    name = "octopia"
-    command = ("run", "octopia")
-    help = "OctopiA's clustered SCOT (CIVs, SNR/IDR) on the thesis workload, checked by the oracle"
-    params_type = OctopiaParams
-
-
-class Kyra(BrokerScenario):
-    name = "kyra"
-    command = ("run", "kyra")
-    help = "Kyra's cliques, zones and trees on the thesis workload, checked by the oracle"
-    params_type = KyraParams
-
-
-class Pop(BrokerScenario):
-    name = "pop"
-    command = ("run", "pop")
-    help = "POP publisher relocation on PADRES, thesis workload, checked by the oracle"
-    params_type = PopParams
-
-
-class Grape(BrokerScenario):
-    name = "grape"
-    command = ("run", "grape")
-    help = "GRAPE publisher relocation on PADRES, thesis workload, checked by the oracle"
-    params_type = GrapeParams
+def _system_scenario(name: str) -> type[BrokerScenario]:
+    params, help = _SCENARIOS[name]
+    attrs = {
+        "name": name,
+        "command": ("run", name),
+        "help": f"{help}, checked by the oracle",
+        "params_type": params,
+    }
+    return type(name.capitalize(), (BrokerScenario,), attrs)
 
 
 #: The scenario of each system.
-BY_SYSTEM: dict[str, type[BrokerScenario]] = {
-    s.name: s for s in (Siena, Padres, Octopia, Kyra, Pop, Grape)
-}
+BY_SYSTEM: dict[str, type[BrokerScenario]] = {name: _system_scenario(name) for name in SYSTEMS}

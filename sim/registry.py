@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rangecast.sim.broker_experiment import Grape, Kyra, Octopia, Padres, Pop, Siena
+from rangecast.sim.broker_experiment import BY_SYSTEM
 from rangecast.sim.churn_experiment import Churn
 from rangecast.sim.crash_root_experiment import CrashRoot
 from rangecast.sim.lbdd_experiment import Lbdd
@@ -15,7 +15,12 @@ from rangecast.sim.route_experiment import Route
 from rangecast.sim.scenario import Scenario
 from rangecast.sim.thesis_experiment import Thesis
 
-SCENARIOS: dict[str, type[Scenario[Any, Any]]] = {
-    s.name: s
-    for s in (Route, Thesis, Churn, Lbdd, CrashRoot, Siena, Padres, Octopia, Kyra, Pop, Grape)
-}
+_IN_HELP_ORDER: tuple[type[Scenario[Any, Any]], ...] = (
+    Route,
+    Thesis,
+    Churn,
+    Lbdd,
+    CrashRoot,
+    *BY_SYSTEM.values(),
+)
+SCENARIOS: dict[str, type[Scenario[Any, Any]]] = {s.name: s for s in _IN_HELP_ORDER}
