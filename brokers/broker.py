@@ -609,6 +609,17 @@ class Broker:
         while stack:
             stack.extend(o for o, _ in idx.remove(stack.pop())[1])
 
+    def forget_sent_ids(self, overlay: int, n: int, sids: Sequence[int]) -> None:
+        """Forget having forwarded ``sids`` to ``n`` (the neighbour dropped exactly these: a
+        migration's clean-up), and the ones held back under them (inside a dropped box, so the
+        neighbour needs them no more than it did the coverer)."""
+        idx = self._ov(overlay).tables.sent.get(n)
+        if idx is None:
+            return
+        stack = list(sids)
+        while stack:
+            stack.extend(o for o, _ in idx.remove(stack.pop())[1])
+
     def _send_sub(self, ov: _Overlay, n: int, sub: int, e: SubEntry, now: float) -> None:
         if ov.tables.sent_to(n).offer(sub, e.box):
             self.send(n, Subscribe(ov.index, sub, box_to_wire(e.box), e.origin), now)

@@ -14,15 +14,17 @@ step                       action
 1 at S                     emit ``ClientCommand(pause)``: the driver pauses the client (its
                            publications are buffered) and hands T the migration ad
 2 at T (``migration_ad``)  SRT[A].lasthop = LOCAL (A is T's own now); MUM(A, path) toward S
-3 MUM at each hop b        SRT[A].lasthop = the sender (toward T); every PRT entry overlapping A
-                           that did not come from there is forwarded there (``offer_sub``,
-                           at most once); the system's tables for A are cleared
-                           (``on_migrated``); at S: MCM(A, path) back toward T
-4 MCM at each hop b        forget having sent the sender what it dropped (``forget_sent``);
-                           drop the remote PRT entries from the T side that no other ad needs
-                           (``drop_sub``; S does so when it sends the MCM), forward the MCM;
-                           at T: emit ``ClientCommand(resume)``:
-                           the driver re-attaches the client to T and publishes its buffer there
+3 MUM at each hop b        SRT[A].lasthop = the sender (toward T), the old one kept in
+                           ``moving`` until the MCM; every PRT entry overlapping A that did
+                           not come from there is forwarded there (``offer_sub``, at most
+                           once); the system's tables for A are cleared (``on_migrated``);
+                           at S: MCM(A, path, dropped) back toward T
+4 MCM at each hop b        forget having sent the sender exactly the entries it dropped (the
+                           MCM's list; ``forget_sent_ids``); drop the remote PRT entries from
+                           the T side that no ad needs (``drop_sub``; S does so when it sends
+                           the MCM), forward the MCM with their ids; at T: emit
+                           ``ClientCommand(resume)``: the driver re-attaches the client to T
+                           and publishes its buffer there
 =========================  ======================================================================
 
 Why nothing is lost or duplicated: each publication is published exactly once, at S before the
@@ -33,12 +35,22 @@ publication S sent before the pause travels the path ahead of the MCM, so a hop 
 only after every such publication has passed it. Routing stays a tree's: a hop never sends a
 publication back where it came from.
 
+Concurrent migrations (of different ads) share the path's brokers, so the clean-up of one must
+not cut the routes of another still under way: between its MUM and its MCM an ad B's
+publications from before its pause may still come to b from B's old side, so ``_prune`` counts
+B at its old lasthop too (``moving``) and keeps what they need. Whatever is kept is dropped by a
+later MCM (B's own, or the next one passing b). The sender's exact list of dropped entries in the
+MCM keeps the two ends of a link agreed on what went where (a receiver guessing from its own
+tables could think an entry still sent that was dropped, and suppress it forever).
+
 The path's brokers are tree neighbours in order; the messages are ``Control`` ops on overlay 0
-(``ref`` = A, ``ints`` = the path), counted as control traffic.
+(``ref`` = A, ``ints`` = the path; the MCM's ``blob``: the dropped subscription ids, int64
+little-endian), counted as control traffic.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 from rangecast.brokers.broker import Broker, Strategy
@@ -86,6 +98,9 @@ class Relocation(Strategy):
         self.publishers: dict[int, int] = {}
         #: Ads this broker is moving away (source) or receiving (target): no second migration.
         self.migrating: set[int] = set()
+        #: Ads whose MUM passed this broker and whose MCM has not yet: ad -> its old lasthop,
+        #: the side its publications from before the pause may still come from.
+        self.moving: dict[int, int] = {}
         self.migrations = 0
 
     # -- client calls ----------------------------------------------------------------------
@@ -118,6 +133,7 @@ class Relocation(Strategy):
         e = broker.tables(self.OVERLAY).srt.get(ad)
         if e is None or path[0] != broker.id:
             raise LocalProtocolError(f"broker {broker.id} knows no ad {ad} to take over")
+        self.moving[ad] = e.lasthop
         e.lasthop = LOCAL
         self.publishers[ad] = client
         self.migrating.add(ad)
@@ -157,6 +173,7 @@ class Relocation(Strategy):
         e = t.srt.get(msg.ref)
         if e is None:
             raise RemoteProtocolError(f"MUM for unknown ad {msg.ref}")
+        self.moving[msg.ref] = e.lasthop
         e.lasthop = src
         for sid, s in list(t.prt.items()):
             if s.lasthop != src and overlaps(s.box, e.box):
@@ -166,34 +183,52 @@ class Relocation(Strategy):
             broker.send(msg.ints[j + 1], msg, now)
             return
         # The source: the ad is no longer its own; it routed its last publication of it already.
-        self._prune(broker, src, now)
+        del self.moving[msg.ref]
+        dropped = self._prune(broker, src, now)
         self.publishers.pop(msg.ref, None)
         self.migrating.discard(msg.ref)
         self.migrations += 1
-        broker.send(src, Control(ov, OP_MCM, msg.ref, msg.ints), now)
+        broker.send(src, Control(ov, OP_MCM, msg.ref, msg.ints, _pack(dropped)), now)
 
     def _on_mcm(self, broker: Broker, msg: Control, src: int, now: float) -> None:
         j = self._at(broker, msg, src, -1)
-        # The sender dropped what no ad on its far side needs: forget having sent it there.
-        srt = broker.tables(self.OVERLAY).srt.values()
-        broker.forget_sent(
-            self.OVERLAY,
-            src,
-            lambda box: any(a.lasthop == src and overlaps(a.box, box) for a in srt),
-        )
-        toward_t = msg.ints[j - 1] if j > 0 else LOCAL
+        if len(msg.blob) % 8:
+            raise RemoteProtocolError(f"an MCM list of {len(msg.blob)} bytes")
+        # The sender dropped these (no ad on its far side needs them): forget having sent them.
+        broker.forget_sent_ids(self.OVERLAY, src, _unpack(msg.blob))
+        # This ad's publications from before the pause have all passed: it moved.
+        self.moving.pop(msg.ref, None)
         if j > 0:
-            self._prune(broker, toward_t, now)
-            broker.send(toward_t, msg, now)
+            toward_t = msg.ints[j - 1]
+            dropped = self._prune(broker, toward_t, now)
+            broker.send(
+                toward_t, Control(self.OVERLAY, OP_MCM, msg.ref, msg.ints, _pack(dropped)), now
+            )
             return
         self.migrating.discard(msg.ref)
         broker.emit(ClientCommand(self.publishers[msg.ref], RESUME, broker.id, msg.ref))
 
-    def _prune(self, broker: Broker, toward_t: int, now: float) -> None:
-        """Drop the entries from the target's side that no advertisement elsewhere needs."""
+    def _prune(self, broker: Broker, toward_t: int, now: float) -> list[int]:
+        """Drop the entries from the target's side that no advertisement elsewhere needs (an ad
+        still moving counts at its old lasthop too); returns their ids."""
         t = broker.tables(self.OVERLAY)
+        moving = self.moving
+        # The sides each ad's publications may come from: its lasthop, and while it moves, the
+        # old one too.
+        needs = [(a.box, a.lasthop, moving.get(ad, a.lasthop)) for ad, a in t.srt.items()]
+        dropped: list[int] = []
         for sid, s in list(t.prt.items()):
             if s.lasthop == toward_t and not any(
-                a.lasthop != toward_t and overlaps(a.box, s.box) for a in t.srt.values()
+                (h != toward_t or old != toward_t) and overlaps(box, s.box) for box, h, old in needs
             ):
                 broker.drop_sub(self.OVERLAY, sid, now)
+                dropped.append(sid)
+        return dropped
+
+
+def _pack(sids: Sequence[int]) -> bytes:
+    return struct.pack(f"<{len(sids)}q", *sids)
+
+
+def _unpack(blob: bytes) -> tuple[int, ...]:
+    return struct.unpack(f"<{len(blob) // 8}q", blob)
