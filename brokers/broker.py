@@ -598,17 +598,6 @@ class Broker:
             for o, obox in idx.remove(sub)[1]:
                 self.send(n, Subscribe(ov.index, o, box_to_wire(obox), prt[o].origin), now)
 
-    def forget_sent(self, overlay: int, n: int, keep: Callable[[Box], bool]) -> None:
-        """Forget having forwarded to ``n`` every subscription whose box ``keep`` refuses (the
-        neighbour dropped it: a migration's clean-up), and the ones held back under it, so a
-        later advertisement can pull them again."""
-        idx = self._ov(overlay).tables.sent.get(n)
-        if idx is None:
-            return
-        stack = [sid for sid, box in idx.sent.items() if not keep(box)]
-        while stack:
-            stack.extend(o for o, _ in idx.remove(stack.pop())[1])
-
     def forget_sent_ids(self, overlay: int, n: int, sids: Sequence[int]) -> None:
         """Forget having forwarded ``sids`` to ``n`` (the neighbour dropped exactly these: a
         migration's clean-up), and the ones held back under them (inside a dropped box, so the
