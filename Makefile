@@ -35,12 +35,17 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# The editable install maps the `rangecast` package to ./rangecast (links to the layer folders);
+# setuptools warns about a folder named like the package in the working directory, which here is
+# that package itself.
+QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
+
 $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
-	$(BIN)/python -m pip install -q -e '.[spark]'
+	$(QUIET_EDITABLE) $(BIN)/python -m pip install -q -e '.[spark]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
-	$(BIN)/python -m pip install -q -e '.[test,spark]'
+	$(QUIET_EDITABLE) $(BIN)/python -m pip install -q -e '.[test,spark]'
 	touch $@ $(VENV)/.installed
 
 clean:
