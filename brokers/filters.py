@@ -42,13 +42,12 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from rangecast.pubsub.schema import Schema, SchemaError
-from rangecast.pubsub.subscription import Range, Subscription
+from rangecast.pubsub.subscription import Flat, Range, Subscription, match_flat
 
 __all__ = ["Box", "Dim", "covers", "intersect", "matches", "overlaps", "split"]
 
 #: One attribute of a box: (lo, hi, lo_open, hi_open).
 Dim = tuple[float, float, bool, bool]
-_Flat = tuple[int, float, float, bool, bool]
 
 
 class Box:
@@ -66,7 +65,7 @@ class Box:
     def __init__(self, dims: tuple[Dim, ...], free: int = 0) -> None:
         self.dims = dims
         self.free = free
-        self._flat: tuple[_Flat, ...] = tuple(
+        self._flat: tuple[Flat, ...] = tuple(
             (i, *d) for i, d in enumerate(dims) if not free >> i & 1
         )
         self._hash = hash((dims, free))
@@ -176,24 +175,9 @@ def _integral(d: Dim) -> Dim | None:
 
 
 def matches(box: Box, event: Sequence[float | None]) -> bool:
-    """Whether ``event`` (schema order, None = missing) is in ``box``, under the strict rule."""
-    n = len(event)
-    for i, lo, hi, lo_open, hi_open in box._flat:
-        # An event shorter than the schema predates the trailing attributes: they are missing.
-        v = event[i] if i < n else None
-        if v is None:
-            return False
-        if lo_open:
-            if v <= lo:
-                return False
-        elif v < lo:
-            return False
-        if hi_open:
-            if v >= hi:
-                return False
-        elif v > hi:
-            return False
-    return True
+    """Whether ``event`` (schema order, None = missing) is in ``box``, under the strict rule (an
+    event shorter than the schema predates the trailing attributes: they are missing)."""
+    return match_flat(box._flat, event, lenient=False)
 
 
 def overlaps(a: Box, b: Box) -> bool:

@@ -154,7 +154,23 @@ def _fmt(v: float) -> str:
     return repr(v)
 
 
-_Flat = tuple[int, float, float, bool, bool]
+#: One constrained attribute, flattened for matching: (index, lo, hi, lo_open, hi_open).
+Flat = tuple[int, float, float, bool, bool]
+
+
+def match_flat(flat: Sequence[Flat], values: Sequence[float | None], lenient: bool) -> bool:
+    """Whether ``values`` satisfy every flattened range (``Subscription`` and the brokers'
+    boxes keep theirs so); values past the end of a short event count as missing."""
+    n = len(values)
+    for i, lo, hi, lo_open, hi_open in flat:
+        v = values[i] if i < n else None
+        if v is None:
+            if lenient:
+                continue
+            return False
+        if v < lo or (lo_open and v == lo) or v > hi or (hi_open and v == hi):
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +180,7 @@ class Subscription:
     schema: str
     ranges: tuple[tuple[int, Range], ...]
     # Derived, for matches(): flat predicate tuples and the highest attribute index.
-    _flat: tuple[_Flat, ...] = field(init=False, repr=False, compare=False, hash=False)
+    _flat: tuple[Flat, ...] = field(init=False, repr=False, compare=False, hash=False)
     _last: int = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -174,7 +190,7 @@ class Subscription:
         if not ranges:
             raise SchemaError("a subscription needs at least one predicate")
         previous = -1
-        flat: list[_Flat] = []
+        flat: list[Flat] = []
         for item in ranges:
             if not (isinstance(item, tuple) and len(item) == 2):
                 raise SchemaError(f"Subscription.ranges items are (index, Range), got {item!r}")
@@ -206,7 +222,8 @@ class Subscription:
         else:
             raise SchemaError(f"partial must be 'strict' or 'lenient', got {partial!r}")
         if self._last >= len(values):
-            return self._matches_short(values, lenient)
+            # The event predates attributes this subscription constrains: those are missing.
+            return match_flat(self._flat, values, lenient)
         # Hot loop: plain comparisons on pre-flattened tuples, no allocation.
         for i, lo, hi, lo_open, hi_open in self._flat:
             v = values[i]
@@ -223,19 +240,6 @@ class Subscription:
                 if v >= hi:
                     return False
             elif v > hi:
-                return False
-        return True
-
-    def _matches_short(self, values: Sequence[float | None], lenient: bool) -> bool:
-        # The event predates attributes this subscription constrains: those count as missing.
-        n = len(values)
-        for i, r in self.ranges:
-            v = values[i] if i < n else None
-            if v is None:
-                if lenient:
-                    continue
-                return False
-            if not r.contains(v):
                 return False
         return True
 
