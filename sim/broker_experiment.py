@@ -32,13 +32,16 @@ The systems (docs/baselines.md has each one's readings):
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import pyarrow as pa
 
 from rangecast.brokers import kyra, octopia
 from rangecast.brokers.broker import Broker, RoutingConfig, padres, siena
@@ -52,6 +55,7 @@ from rangecast.brokers.pop import PopStrategy
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.pubsub.schema import THESIS_SCHEMA
 from rangecast.pubsub.subscription import Range, Subscription
+from rangecast.sim import runlog
 from rangecast.sim.broker_network import BrokerNetwork
 from rangecast.sim.options import non_negative_float, positive_float
 from rangecast.sim.percentiles import ordered_sum, percentile
@@ -688,7 +692,6 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
     help = "a broker-overlay system on the thesis workload"
     params_type = BrokerParams
     tables = (BROKER_TABLE,)
-    reportable = False
 
     bnet: BrokerNetwork
     plan: Plan
@@ -799,6 +802,9 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         got: dict[tuple[int, int], int] = {}
         lat: list[float] = []
         hops: list[int] = []
+        #: The delivering broker of each first receipt, and every stray (the run log's rows).
+        at: list[int] = []
+        stray_rows: list[tuple[int, int, int, float, int]] = []
         strays = 0
         owner = [i for _, i, _ in pl.subs]
         delay: dict[tuple[int, int], float] = {}
@@ -808,6 +814,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
                 j = self.sub_of.get((r.broker, sid))
                 if k is None or j is None:
                     strays += 1
+                    stray_rows.append((-1 if k is None else k, r.broker, sid, r.now, r.hops))
                     continue
                 key = (k, j)
                 got[key] = got.get(key, 0) + 1
@@ -818,6 +825,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
                         d = delay[dk] = net.client_delay(owner[j], r.broker)
                     lat.append((r.now + d - self.published[k]) * 1000.0)
                     hops.append(r.hops)
+                    at.append(r.broker)
         expected = missed = false = 0
         hit_lat: list[float] = []
         hit_hops: list[int] = []
@@ -843,6 +851,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             for v in brokers
         ]
         mean_load = sum(load) / len(load) if load else 0.0
+        self.logged = _Logged(got, lat, hops, at, want_all, stray_rows, brokers, load, entries)
         setup_messages, setup_bytes = self.setup_traffic
         vals = np.sort(np.asarray(hit_lat, dtype=np.float64))
         migrations = sum(
@@ -905,6 +914,92 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
 
     def logged_params(self) -> dict[str, Any]:
         return {**super().logged_params(), "system": self.params.system}
+
+    def write_more_logs(self, out_dir: Path) -> None:
+        """Deliveries, events and the brokers' columns of ``nodes.parquet`` (docs/run-logs.md)."""
+        lg, pl, net = self.logged, self.plan, self.bnet
+        n = len(self.sim.cores)
+        owner = [i for _, i, _ in pl.subs]
+        runlog.write_table(
+            out_dir / "events.parquet",
+            {
+                "eid": (pa.int64(), range(len(pl.pubs))),
+                "publisher": (pa.int32(), (i for _, i in pl.pubs)),
+                "published_s": (pa.float64(), self.published),
+            },
+        )
+        # One row per (event, subscription) expected or received, in (eid, subscriber, sid)
+        # order like the thesis' log; eid and sid are the workload's indices of the event and
+        # the subscription (a broker's own ids are local to it).
+        first = {key: idx for idx, key in enumerate(lg.got)}
+        rows: dict[int, list[tuple[int, int, bool, float, int, float, int, int]]] = {}
+        for k, j in sorted(lg.want | lg.got.keys(), key=lambda kj: (kj[0], owner[kj[1]], kj[1])):
+            idx = first.get((k, j))
+            t0 = self.published[k]
+            if idx is None:
+                row = (owner[j], j, True, math.nan, 0, math.nan, -1, -1)
+            else:
+                ms = lg.lat[idx]
+                row = (
+                    owner[j], j, (k, j) in lg.want, t0 + ms / 1000.0, lg.got[(k, j)], ms,
+                    lg.at[idx], lg.hops[idx],
+                )  # fmt: skip
+            rows.setdefault(k, []).append(row)
+        for k, broker, sid, now, hop in lg.strays:
+            t0 = self.published[k] if k >= 0 else math.nan
+            rows.setdefault(k, []).append(
+                (broker, sid, False, now, 1, (now - t0) * 1000.0, broker, hop)
+            )
+        log = runlog.DeliveryLog(out_dir / "deliveries.parquet", runlog.BROKER_DELIVERY_COLUMNS)
+        for k in sorted(rows):
+            cols = list(zip(*rows[k], strict=True))
+            publisher = pl.pubs[k][1] if k >= 0 else -1
+            log.add(k, publisher, self.published[k] if k >= 0 else math.nan, *cols)
+        log.close()
+        broker_of = {v: i for i, v in enumerate(lg.brokers)}
+        stats = {v: b.stats for v, b in net.brokers.items()}
+
+        def per_broker(values: Sequence[int]) -> list[int]:
+            return [values[broker_of[v]] if v in broker_of else -1 for v in range(n)]
+
+        srt = per_broker(self.srt)
+        runlog.write_nodes(
+            out_dir,
+            self.sim,
+            extra={
+                "broker": (pa.bool_(), (v in broker_of for v in range(n))),
+                "event_load": (pa.int64(), per_broker(lg.load)),
+                "table_entries": (pa.int64(), per_broker(lg.entries)),
+                "srt_entries": (pa.int64(), srt),
+                "false_positive_receptions": (
+                    pa.int64(),
+                    (stats[v].false_positives if v in stats else -1 for v in range(n)),
+                ),
+                "pure_forwards": (
+                    pa.int64(),
+                    (stats[v].pure_forwards if v in stats else -1 for v in range(n)),
+                ),
+            },
+        )
+
+
+@dataclass(slots=True)
+class _Logged:
+    """What ``check`` measured that the run log writes out (``write_more_logs``)."""
+
+    #: (event index, subscription index) -> receipts; the first receipt's latency (ms),
+    #: hops and broker, by the key's position in ``got``.
+    got: dict[tuple[int, int], int]
+    lat: list[float]
+    hops: list[int]
+    at: list[int]
+    want: set[tuple[int, int]]
+    #: Receipts of no known event or subscription: (event index or -1, broker, sid, time, hops).
+    strays: list[tuple[int, int, int, float, int]]
+    brokers: list[int]
+    #: Per broker (``brokers``' order): event-phase messages sent + received, table entries.
+    load: list[int]
+    entries: list[int]
 
 
 #: Each system's scenario (``rangecast sim run NAME``): its parameters (``system`` fixed) and

@@ -17,7 +17,7 @@ import json
 import math
 import subprocess
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,7 @@ def prepare_dir(out: Path | str, *, force: bool = False) -> Path:
     return path
 
 
-TABLES = ("messages", "nodes", "installs", "deliveries", "tree")
+TABLES = ("messages", "nodes", "installs", "deliveries", "tree", "events")
 
 
 def _ids(msg: Message) -> tuple[int, int]:
@@ -189,7 +189,14 @@ def write_table(path: Path, columns: Mapping[str, tuple[pa.DataType, Iterable[An
     pq.write_table(pa.Table.from_arrays(arrays, names=list(columns)), path, compression="zstd")
 
 
-def write_nodes(out: Path, sim: Any, capacity: list[int] | None = None) -> None:
+def write_nodes(
+    out: Path,
+    sim: Any,
+    capacity: list[int] | None = None,
+    extra: Mapping[str, tuple[pa.DataType, Iterable[Any]]] | None = None,
+) -> None:
+    """``nodes.parquet``; ``extra``: a scenario's own per-node columns after the common ones
+    (the broker runs' load and tables)."""
     n = len(sim.cores)
     st = sim.stats
     write_table(
@@ -202,6 +209,7 @@ def write_nodes(out: Path, sim: Any, capacity: list[int] | None = None) -> None:
             "sent_messages": (pa.int64(), st.sent_messages),
             "sent_bytes": (pa.int64(), st.sent_bytes),
             "received_messages": (pa.int64(), st.received_messages),
+            **(extra or {}),
         },
     )
 
@@ -244,13 +252,21 @@ DELIVERIES_SCHEMA = pa.schema(
 )
 
 
+#: The broker runs' extra delivery columns: the delivering broker and its overlay hops from the
+#: publishing broker (-1 for a missed delivery).
+BROKER_DELIVERY_COLUMNS = (pa.field("broker", pa.int32()), pa.field("hops", pa.int32()))
+
+
 class DeliveryLog:
     """``deliveries.parquet``: one row per (event, subscriber, sid) that the oracle expects or
     that was received, handed over one event at a time and written in row groups of about
-    ``ROW_GROUP`` rows (40 M rows at 100,000 nodes: never all in memory)."""
+    ``ROW_GROUP`` rows (40 M rows at 100,000 nodes: never all in memory). ``extra``: columns
+    after the common ones (``BROKER_DELIVERY_COLUMNS``), given to ``add`` in that order."""
 
-    def __init__(self, path: Path) -> None:
-        self._writer = pq.ParquetWriter(path, DELIVERIES_SCHEMA, compression="zstd")
+    def __init__(self, path: Path, extra: Sequence[pa.Field] = ()) -> None:
+        self._schema = pa.schema([*DELIVERIES_SCHEMA, *extra])
+        self._extra = tuple(extra)
+        self._writer = pq.ParquetWriter(path, self._schema, compression="zstd")
         self._batches: list[pa.RecordBatch] = []
         self._pending = 0
         self.rows = 0
@@ -266,6 +282,7 @@ class DeliveryLog:
         received_s: Any,
         copies: Any,
         latency_ms: Any,
+        *extra: Any,
     ) -> None:
         """One event's rows; the per-row columns are equally long arrays (numpy or lists)."""
         n = len(subscriber)
@@ -283,8 +300,12 @@ class DeliveryLog:
                     pa.array(np.asarray(received_s, dtype=np.float64)),
                     pa.array(np.asarray(copies, dtype=np.int32)),
                     pa.array(np.asarray(latency_ms, dtype=np.float64)),
+                    *(
+                        pa.array(np.asarray(v), type=f.type)
+                        for f, v in zip(self._extra, extra, strict=True)
+                    ),
                 ],
-                schema=DELIVERIES_SCHEMA,
+                schema=self._schema,
             )
         )
         self._pending += n
@@ -294,7 +315,7 @@ class DeliveryLog:
     def _flush(self) -> None:
         if not self._batches:
             return
-        table = pa.Table.from_batches(self._batches, schema=DELIVERIES_SCHEMA)
+        table = pa.Table.from_batches(self._batches, schema=self._schema)
         self._writer.write_table(table, row_group_size=ROW_GROUP)
         self.rows += self._pending
         self._batches = []
