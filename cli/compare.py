@@ -22,6 +22,8 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         latency=args.latency,
         progress=lambda system: progress_for(args, system),
+        out_dir=args.out,
+        force=args.force,
     )
     emit(args, result.json(), result.table)
     return 0 if result.succeeded() else 1
@@ -50,5 +52,12 @@ def add_compare_parser(top: argparse._SubParsersAction) -> None:  # type: ignore
     p.add_argument("--events", type=int, default=1000, help="events to publish")
     p.add_argument("--seed", type=int, default=1, help="seed of every random stream")
     p.add_argument("--latency", default="synthetic", help=LATENCY_HELP)
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write each system's run log to DIR/<system>/ and the table to DIR/compare.json; "
+        "'rangecast report DIR' draws the comparison page (docs/run-logs.md)",
+    )
+    p.add_argument("--force", action="store_true", help="replace an earlier comparison in --out")
     add_output_options(p, json_help="print one JSON object (the rows under 'rows')")
     p.set_defaults(func=_run)

@@ -24,17 +24,22 @@ missed, duplicates, false    the oracle's verdict (false: deliveries it did not 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rangecast.dht.errors import LocalProtocolError
+from rangecast.sim import runlog
 from rangecast.sim.broker_experiment import BY_SYSTEM, SYSTEMS, BrokerParams, BrokerResult, gini
 from rangecast.sim.thesis_experiment import Thesis, ThesisParams, ThesisResult
 
-__all__ = ["ALL_SYSTEMS", "Comparison", "Row", "compare"]
+__all__ = ["ALL_SYSTEMS", "COMPARE_FILE", "Comparison", "Row", "compare"]
 
 ALL_SYSTEMS = ("thesis", *SYSTEMS)
+#: The table of a ``--out DIR`` comparison, beside one run log per system in ``DIR/<system>/``.
+COMPARE_FILE = "compare.json"
 
 
 @dataclass(slots=True)
@@ -209,28 +214,61 @@ def compare(
     seed: int = 1,
     latency: str = "synthetic",
     progress: Callable[[str], Callable[[str], None] | None] | None = None,
+    out_dir: Path | str | None = None,
+    force: bool = False,
 ) -> Comparison:
     """Run ``systems`` (in the order given) on one workload; ``progress(system)`` gives each
-    run's progress callback."""
+    run's progress callback. ``out_dir``: each system's run log in ``out_dir/<system>/`` and
+    the table in ``out_dir/compare.json`` (written last: its presence means all finished);
+    ``force`` replaces an earlier comparison there."""
     unknown = [s for s in systems if s not in ALL_SYSTEMS]
     if unknown or not systems:
         raise LocalProtocolError(
             f"--systems takes some of {','.join(ALL_SYSTEMS)}; got {','.join(systems)}"
         )
+    order = list(dict.fromkeys(systems))
+    base = _prepare(Path(out_dir), order, force) if out_dir is not None else None
     out = Comparison(nodes, subs_per_node, events, seed, latency)
-    for system in dict.fromkeys(systems):
+    for system in order:
         say = progress(system) if progress is not None else None
+        log = base / system if base is not None else None
         if system == "thesis":
             sc = _MeasuredThesis()
             tp = ThesisParams(
                 nodes=nodes, subs_per_node=subs_per_node, events=events, seed=seed, latency=latency
             )
-            out.rows.append(_thesis_row(sc, sc.run(tp, say)))
+            out.rows.append(_thesis_row(sc, sc.run(tp, say, log, force=force)))
         else:
             scenario = BY_SYSTEM[system]
             bp = scenario.params_type(
                 nodes=nodes, subs_per_node=subs_per_node, events=events, seed=seed, latency=latency
             )
             assert isinstance(bp, BrokerParams)
-            out.rows.append(_broker_row(scenario().run(bp, say)))
+            out.rows.append(_broker_row(scenario().run(bp, say, log, force=force)))
+    if base is not None:
+        doc = {"format": "rangecast-compare", "systems": order, **out.json()}
+        (base / COMPARE_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True))
     return out
+
+
+def _prepare(base: Path, systems: Sequence[str], force: bool) -> Path:
+    """Refuse, before any run, a ``--out`` that holds anything but an earlier comparison (or
+    one without ``force``); each system's directory is then checked as its run starts."""
+    try:
+        if base.exists() and not base.is_dir():
+            raise LocalProtocolError(f"--out {base}: exists and is not a directory")
+        if base.is_dir() and any(base.iterdir()):
+            if not force:
+                raise LocalProtocolError(
+                    f"--out {base}: directory is not empty (an earlier comparison?); use "
+                    "--force to replace"
+                )
+            (base / COMPARE_FILE).unlink(missing_ok=True)
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LocalProtocolError(
+            f"--out {base}: cannot write the comparison there ({exc.strerror or exc})"
+        ) from None
+    for system in systems:
+        runlog.prepare_dir(base / system, force=force)
+    return base

@@ -126,10 +126,13 @@ class RunFigures:
 
 
 def load_runs(dirs: Sequence[Path | str]) -> list[RunLog]:
-    """Read each directory's ``run.json``; refuse anything that is not a complete run log."""
+    """Read each directory's ``run.json``; refuse anything that is not a complete run log. A
+    ``sim compare --out`` directory stands for its systems' run logs."""
+    from rangecast.analysis.report.systems_job import expand
+
+    paths = [p for d in dirs for p in (expand(Path(d)) or [Path(d)])]
     runs = []
-    for i, d in enumerate(dirs):
-        path = Path(d)
+    for i, path in enumerate(paths):
         meta = path / "run.json"
         if not meta.is_file():
             raise ReportError(f"{path}: no run.json (not a run log, or the run did not finish)")
@@ -288,9 +291,13 @@ def recompute(spark: SparkSession, runs: Sequence[RunLog]) -> list[RunFigures]:
             )
     finally:
         per_sender.unpersist()
+    # Broker runs and the systems comparison (imported here: that module builds on this one).
+    from rangecast.analysis.report.systems_job import recompute_systems
+
+    recompute_systems(spark, runs, out)
 
     for fig in out.values():
-        fig.mismatches = compare(fig.recomputed, fig.run.summary)
+        fig.mismatches = [*compare(fig.recomputed, fig.run.summary), *fig.mismatches]
     return [out[r.index] for r in runs]
 
 
