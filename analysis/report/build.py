@@ -100,6 +100,8 @@ def build_report(
             discard_empty_spark_log()
     spark_s = time.perf_counter() - wall0
 
+    from rangecast.analysis.report.systems import as_json as systems_json
+
     say("drawing the figures")
     report, html_path = render(figs, out, Path(html) if html is not None else None, spark_info)
     if html_path is not None:
@@ -139,6 +141,7 @@ def build_report(
             for t in report.tables
         ],
         "figures": figures,
+        "systems": systems_json(report),
         "figures_json": str(out / "figures.json"),
         "html": str(html_path) if html_path else None,
         "spark": {**spark_info, "wall_s": spark_s},
@@ -181,6 +184,10 @@ def render(
     _pairs(report, out, "lb", (False, True))
     _scaling(report, out)
     _lbdd(report)
+    # (imported here: the comparison page reuses this module's helpers)
+    from rangecast.analysis.report.systems import systems
+
+    systems(report, out)
     html_path = None
     if html is not None:
         from rangecast.analysis.report.html_page import write_html

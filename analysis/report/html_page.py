@@ -167,6 +167,21 @@ def write_html(
         parts.append("<table>" + head + "".join(_row(r) for r in table.rows) + "</table>")
         if table.note:
             parts.append(f"<p class=note>{escape(table.note)}</p>")
+    if report.systems:
+        parts.append("<h2>Systems compared</h2>")
+    for st in report.systems:
+        head = "".join(f"<th class=l>{escape(c)}</th>" for c in st.columns[:1]) + "".join(
+            f"<th>{escape(c)}</th>" for c in st.columns[1:]
+        )
+        body = "".join(
+            f"<tr><td class=l>{escape(r[0])}</td>"
+            + "".join(f"<td>{escape(c)}</td>" for c in r[1:])
+            + "</tr>"
+            for r in st.rows
+        )
+        parts.append(f"<h3>{escape(st.title)}</h3>")
+        parts.append(f"<div class=wide><table><tr>{head}</tr>{body}</table></div>")
+        parts.append(f"<p class=note>{escape(st.note)}</p>")
     parts.append("<h2>Figures</h2>")
     for fig in report.figures:
         src = os.path.relpath(fig.path.resolve(), base)
@@ -177,7 +192,7 @@ def write_html(
             "</figcaption></figure>"
         )
     if not report.figures:
-        parts.append("<p>No thesis run among the logs: nothing to plot.</p>")
+        parts.append("<p>No thesis run nor systems comparison among the logs: nothing to plot.</p>")
     parts.append("</body></html>")
     path.write_text("\n".join(parts))
     return path

@@ -76,7 +76,22 @@ class Figure:
 
 
 @dataclass
+class SystemsTable:
+    """The systems comparison of runs on one workload (``analysis.report.systems``): a row per
+    run, the recomputed columns of ``rangecast sim compare``'s table."""
+
+    title: str
+    columns: list[str]
+    #: Per run: its label, then the formatted cells (``columns`` order).
+    rows: list[list[str]]
+    #: The recomputed values behind the cells, per run (``--json``).
+    data: list[dict[str, Any]] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
 class Report:
     runs: list[RunFigures]
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
+    systems: list[SystemsTable] = field(default_factory=list)

@@ -321,6 +321,23 @@ def rank(
     return _save(fig, path, title)
 
 
+def cdfs(path: Path, title: str, xlabel: str, series: Sequence[Dist]) -> Drawn:
+    """Cumulative shares of several distributions on one axis, a line each (the systems
+    comparison's latency CDFs)."""
+    fig, ax = plt.subplots(figsize=(FIG_W, 4.6), layout="constrained")
+    for k, d in enumerate(series):
+        xs, ys = d.cdf()
+        ax.step(xs, ys, where="post", color=COLOURS[k % len(COLOURS)], lw=1.4, label=d.label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("share at or below")
+    ax.yaxis.set_major_formatter(PercentFormatter(100))
+    ax.set_xlim(left=0)
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    _legend(fig, *ax.get_legend_handles_labels())
+    return _save(fig, path, title)
+
+
 @dataclass
 class Line:
     """One line of a scalability figure: (nodes, value) points, one per network size."""

@@ -17,6 +17,7 @@ import rangecast.analysis.sweep.table as table
 from rangecast.analysis.sweep.plan import THESIS, Plan
 from rangecast.analysis.sweep.runs import Progress, run_dir, run_local
 from rangecast.dht.errors import LocalProtocolError
+from rangecast.sim.broker_experiment import SYSTEMS
 from rangecast.sim.outputs import ensure_writable_dir
 
 DEFAULT_MASTER = "local[2]"
@@ -39,6 +40,10 @@ class SweepResult:
     @property
     def ok(self) -> bool:
         return self.failed == 0 and self.mismatched == 0 and self.report_problem is None
+
+
+#: Scenarios whose run logs the report reads: the thesis' and the broker systems'.
+REPORTED = (THESIS, *SYSTEMS)
 
 
 def prepare_out(out: Path, force: bool) -> None:
@@ -115,21 +120,25 @@ def run_sweep(
         # The table first: whatever happens to the report, the runs' figures are on disk.
         table.write(out, plan, rows, facts)
         progress.say(f"table written: {out / 'sweep.parquet'}, {out / 'sweep.json'}")
-        # The report reads thesis run logs only: other scenarios' runs are left out, said once.
-        others = sorted({s for s in plan.scenarios if s != THESIS})
+        # The report reads thesis and broker-system run logs (the systems comparison); the
+        # other scenarios' runs are left out, said once.
+        others = sorted({s for s in plan.scenarios if s not in REPORTED})
+        reported = [s for s in plan.scenarios if s in REPORTED]
         if spark and report and others:
             report_note = (
-                f"no report for {', '.join(others)} runs (the report reads thesis runs only)"
-                if THESIS not in plan.scenarios
-                else f"the report covers the thesis runs only, not {', '.join(others)}"
+                f"no report for {', '.join(others)} runs (the report reads thesis and broker "
+                "runs only)"
+                if not reported
+                else f"the report covers the {', '.join(reported)} runs only, not "
+                f"{', '.join(others)}"
             )
             facts["report_note"] = report_note
             progress.say(report_note)
-        if spark and report and THESIS in plan.scenarios:
+        if spark and report and reported:
             ok_dirs = [
                 run_dir(out, plan.runs[r["index"]])
                 for r in rows
-                if r["status"] == "ok" and plan.runs[r["index"]].scenario == THESIS
+                if r["status"] == "ok" and plan.runs[r["index"]].scenario in REPORTED
             ]
             report_problem = _build_report(ok_dirs, session, master, out, progress)
             if report_problem is None:

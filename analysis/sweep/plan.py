@@ -11,7 +11,9 @@ so a typo or an impossible value fails in a second instead of an hour into a swe
 
 A plan runs any scenario of the registry (sim.registry), or several (``scenarios = [...]``,
 crossed with the grid: the scenario varies slowest); its keys are the fields of that scenario's
-parameter dataclass, read from the dataclass itself.
+parameter dataclass, read from the dataclass itself. ``[for.<scenario>.base]`` and
+``[for.<scenario>.grid]`` give one listed scenario settings of its own (PADRES' tree-ID routing
+next to OctopiA, GRAPE's two priorities next to POP): its grid is crossed with the shared one.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import re
 import tomllib
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from rangecast.sim.registry import SCENARIOS as REGISTRY
 from rangecast.sim.scenario import build_params, plan_keys
 from rangecast.sim.thesis_experiment import ThesisParams
 
-TOP_KEYS = ("name", "description", "scenario", "scenarios", "seeds", "base", "grid")
+TOP_KEYS = ("name", "description", "scenario", "scenarios", "seeds", "base", "grid", "for")
 #: Scenarios a plan may name: every registered one (sim.registry), in its order.
 SCENARIOS = tuple(REGISTRY)
 #: The scenario whose runs the report reads and whose figures the table was made for.
@@ -102,6 +104,13 @@ class Plan:
     runs: tuple[RunSpec, ...]
     #: Every scenario the plan runs, in plan order (one, unless ``scenarios = [...]``).
     scenarios: tuple[str, ...] = (THESIS,)
+    #: ``[for.<scenario>]``: scenario -> {"base": {...}, "grid": {...}} of its own settings.
+    own: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+
+    def swept(self) -> list[str]:
+        """Every swept key: the shared grid's, then the scenarios' own grids'."""
+        own = [k for parts in self.own.values() for k in parts.get("grid", {})]
+        return list(dict.fromkeys((*self.grid, *own)))
 
     @property
     def thesis_only(self) -> bool:
@@ -118,15 +127,18 @@ class Plan:
             "seeds": list(self.seeds),
             "base": _jsonable(self.base),
             "grid": {k: [_jsonable(v) for v in vs] for k, vs in self.grid.items()},
+            **({"for": self.own} if self.own else {}),
             "source": self.source,
         }
 
     def param_columns(self) -> list[str]:
         """The table's parameter columns: seed, nodes and latency always (a thesis plan's
-        columns), the scenario first for a plan of other scenarios, then the plan's keys."""
+        columns), the scenario first for a plan of other scenarios, then the plan's keys (the
+        scenarios' own ones last)."""
         cols = [] if self.thesis_only else ["scenario"]
         cols += ["seed", "nodes", "latency"]
-        cols += [k for k in (*self.base, *self.grid) if k not in cols]
+        own = [k for spec in self.runs for k in spec.settings]
+        cols += [k for k in dict.fromkeys((*self.base, *self.grid, *own)) if k not in cols]
         return cols
 
 
@@ -269,6 +281,44 @@ def _params(scenario: str, settings: dict[str, Any], seed: int) -> Any:
     return params
 
 
+def _own_tables(
+    doc: dict[str, Any], source: str, keys_of: dict[str, Any], shared: tuple[str, ...]
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """``[for.<scenario>.base]`` and ``[for.<scenario>.grid]``: (base, grid) tables of each
+    scenario that has its own, checked for shape and names (the values are checked later)."""
+    table = doc.get("for", {})
+    if not isinstance(table, dict):
+        raise PlanError(f"{source}: 'for' must be a table ([for.<scenario>.base]), got {table!r}")
+    bases: dict[str, dict[str, Any]] = {}
+    grids: dict[str, dict[str, Any]] = {}
+    for scenario, parts in table.items():
+        if scenario not in keys_of:
+            raise PlanError(
+                f"{source}: [for.{scenario}]: not a scenario of this plan ({', '.join(keys_of)})"
+            )
+        if not isinstance(parts, dict) or not set(parts) <= {"base", "grid"}:
+            raise PlanError(f"{source}: [for.{scenario}] holds only 'base' and 'grid' tables")
+        seen: set[str] = set()
+        for part, into in (("base", bases), ("grid", grids)):
+            values = parts.get(part, {})
+            if not isinstance(values, dict):
+                raise PlanError(f"{source}: [for.{scenario}.{part}] must be a table")
+            for k in values:
+                where = f"{source}: [for.{scenario}.{part}] {k}"
+                if k == "seed":
+                    raise PlanError(f"{where}: seeds are set by the top-level 'seeds'")
+                if k not in keys_of[scenario]:
+                    raise PlanError(
+                        f"{where}: unknown parameter of scenario {scenario!r} "
+                        f"(known: {', '.join(keys_of[scenario])})"
+                    )
+                if k in shared or k in seen:
+                    raise PlanError(f"{where}: also set by [base], [grid] or the other table")
+                seen.add(k)
+            into[scenario] = dict(values)
+    return bases, grids
+
+
 def parse_plan(text: str, source: str, folder: Path | None = None) -> Plan:
     """Check and expand plan text. ``folder`` anchors relative paths (None: the working dir)."""
     try:
@@ -351,12 +401,15 @@ def parse_plan(text: str, source: str, folder: Path | None = None) -> Plan:
     for k in raw_grid:
         if k in raw_base:
             raise PlanError(f"{source}: {k!r} is in both [base] and [grid]")
+    own_base, own_grid = _own_tables(doc, source, keys_of, (*raw_base, *raw_grid))
 
-    def check_value(key: str, value: Any, where: str) -> Any:
+    def check_value(key: str, value: Any, where: str, only: str | None = None) -> Any:
         # Every listed scenario must take the value (their types agree in practice; the last
-        # one's coerced value is kept).
+        # one's coerced value is kept); a scenario's own value, that scenario.
         coerced = value
         for scenario, keys in keys_of.items():
+            if only is not None and scenario != only:
+                continue
             plain = list(keys_of) == [THESIS]  # (a thesis plan's errors read as they always did)
             shown = where if plain else f"{where} (scenario {scenario!r})"
             coerced = _coerce(value, keys[key], shown)
@@ -366,29 +419,47 @@ def parse_plan(text: str, source: str, folder: Path | None = None) -> Plan:
             _resolve_path(key, value, folder, where)
         return value
 
-    base = {k: check_value(k, v, f"{source}: [base] {k}") for k, v in raw_base.items()}
-    grid: dict[str, list[Any]] = {}
-    for k, values in raw_grid.items():
-        where = f"{source}: [grid] {k}"
-        if not isinstance(values, list):
-            raise PlanError(f"{where}: expected a list of values, got {values!r}")
-        if not values:
-            raise PlanError(f"{where}: the list of values is empty")
-        checked = [check_value(k, v, f"{where}[{i}]") for i, v in enumerate(values)]
-        if len(set(map(repr, checked))) != len(checked):
-            raise PlanError(f"{where}: a value is listed twice: {values!r}")
-        grid[k] = checked
+    def check_grid(table: dict[str, Any], label: str, only: str | None = None) -> dict[str, Any]:
+        grid: dict[str, list[Any]] = {}
+        for k, values in table.items():
+            where = f"{source}: [{label}] {k}"
+            if not isinstance(values, list):
+                raise PlanError(f"{where}: expected a list of values, got {values!r}")
+            if not values:
+                raise PlanError(f"{where}: the list of values is empty")
+            checked = [check_value(k, v, f"{where}[{i}]", only) for i, v in enumerate(values)]
+            if len(set(map(repr, checked))) != len(checked):
+                raise PlanError(f"{where}: a value is listed twice: {values!r}")
+            grid[k] = checked
+        return grid
 
-    combos = list(itertools.product(*grid.values())) if grid else [()]
-    total = len(scenarios) * len(combos) * len(seeds)
+    base = {k: check_value(k, v, f"{source}: [base] {k}") for k, v in raw_base.items()}
+    grid = check_grid(raw_grid, "grid")
+    # Each scenario's own base and grid (``[for.<scenario>...]``), over the shared ones.
+    bases = {
+        s: {
+            **base,
+            **{
+                k: check_value(k, v, f"{source}: [for.{s}.base] {k}", s)
+                for k, v in own_base.get(s, {}).items()
+            },
+        }
+        for s in scenarios
+    }
+    grids = {s: {**grid, **check_grid(own_grid.get(s, {}), f"for.{s}.grid", s)} for s in scenarios}
+
+    def combos_of(s: str) -> list[tuple[Any, ...]]:
+        return list(itertools.product(*grids[s].values())) if grids[s] else [()]
+
+    total = sum(len(combos_of(s)) for s in scenarios) * len(seeds)
     width = max(3, len(str(total - 1)))
     # Several scenarios: the scenario is the slowest-varying "grid key" of the run names.
     several = len(scenarios) > 1
     runs: list[RunSpec] = []
     for scenario in scenarios:
-        for combo in combos:
-            chosen = dict(zip(grid, combo, strict=True))
-            settings = {**base, **chosen}
+        for combo in combos_of(scenario):
+            chosen = dict(zip(grids[scenario], combo, strict=True))
+            settings = {**bases[scenario], **chosen}
             resolved = {
                 k: _resolve_path(k, v, folder, source) if k in PATH_KEYS else v
                 for k, v in settings.items()
@@ -418,4 +489,12 @@ def parse_plan(text: str, source: str, folder: Path | None = None) -> Plan:
         source,
         tuple(runs),
         scenarios,
+        {
+            s: {
+                **({"base": own_base[s]} if own_base.get(s) else {}),
+                **({"grid": own_grid[s]} if own_grid.get(s) else {}),
+            }
+            for s in scenarios
+            if own_base.get(s) or own_grid.get(s)
+        },
     )

@@ -224,7 +224,8 @@ OTHER_SHOWN: tuple[tuple[str, str, int], ...] = (
 def render(plan: Plan, rows: Sequence[Mapping[str, Any]]) -> str:
     """The table as aligned text: the swept parameters, then the key figures."""
     shown = ["seed"] if len(plan.seeds) > 1 else []
-    shown += ["nodes", "latency", *(k for k in plan.grid if k not in ("nodes", "latency", "seed"))]
+    shown += ["nodes", "latency"]
+    shown += [k for k in plan.swept() if k not in ("nodes", "latency", "seed")]
     cols: list[tuple[str, str, int]] = [("#", "index", 0)]
     if not plan.thesis_only:
         cols += [("scenario", "scenario", 0)]

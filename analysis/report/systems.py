@@ -1,0 +1,165 @@
+"""The systems comparison page: runs of different systems (the thesis' DHT overlay, the broker
+systems) on one workload, lined up.
+
+For each set of runs that share a workload, size, seed and latency model
+(``systems_job.groups``): the table of ``rangecast sim compare``'s columns, recomputed by Spark
+from the logs (``systems_job``); the delivery latency CDFs, a line per run; and the per-node load
+rank curves (messages sent + received in the event phase, nodes sorted busiest first), a line per
+run. Runs of one system that differ in a setting (OctopiA's dynamic routing on and off) are told
+apart by that setting.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rangecast.analysis.report.build import _add, _caption, _differing, describe, setting
+from rangecast.analysis.report.model import Report, SystemsTable
+from rangecast.analysis.report.spark_job import LATENCY_BIN_MS, RunFigures
+from rangecast.analysis.report.systems_job import COLUMNS, LOAD, groups, workload_key
+
+#: The table's headers, in ``systems_job.COLUMNS`` order.
+HEADERS = (
+    "msgs/event",
+    "bytes/event",
+    "hops/delivery",
+    "latency mean (ms)",
+    "latency p90 (ms)",
+    "latency max (ms)",
+    "false-pos. receptions",
+    "table entries mean",
+    "table entries max",
+    "load max/mean",
+    "load Gini",
+    "set-up msgs",
+    "expected",
+    "missed",
+    "duplicates",
+    "false deliveries",
+)
+#: Settings that say which run it is, not how it ran.
+_NOT_SETTINGS = ("system", "scenario")
+
+
+def labels(figs: Sequence[RunFigures]) -> list[str]:
+    """Each run's system, and for a system run more than once, the settings its runs differ in."""
+    out = []
+    for f in figs:
+        same = [g for g in figs if g.run.kind == f.run.kind]
+        words = ""
+        if len(same) > 1:
+            keys = [
+                tuple(sorted((k, v) for k, v in setting(g.run).items() if k not in _NOT_SETTINGS))
+                for g in same
+            ]
+            words = describe(_differing(keys)[same.index(f)])
+        out.append(f"{f.run.kind} ({words})" if words else f.run.kind)
+    return out
+
+
+def _cell(x: Any, col: str) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if col == "load_gini":
+        return f"{x:.3f}"
+    if col in ("hops_per_delivery", "load_max_over_mean"):
+        return f"{x:.2f}"
+    return f"{x:,.1f}" if abs(x) < 100 else f"{x:,.0f}"
+
+
+def _workload(figs: Sequence[RunFigures]) -> str:
+    key = dict(workload_key(figs[0].run))
+    name = json.loads(key.pop("workload"))
+    return f"{name} workload, " + describe([(k, v) for k, v in key.items() if v != "null"])
+
+
+def systems(report: Report, out: Path) -> None:
+    """The comparison tables and figures of every set of runs on one workload."""
+    import rangecast.analysis.report.plots as plots
+
+    by_index = {f.run.index: f for f in report.runs}
+    for n, group in enumerate(groups([f.run for f in report.runs])):
+        figs = [by_index[r.index] for r in group]
+        names = labels(figs)
+        work = _workload(figs)
+        rows = [
+            [name, *(_cell(f.recomputed["comparison"].get(c), c) for c in COLUMNS)]
+            for name, f in zip(names, figs, strict=True)
+        ]
+        data = [
+            {"run": str(f.run.dir), "label": name, **f.recomputed["comparison"]}
+            for name, f in zip(names, figs, strict=True)
+        ]
+        report.systems.append(
+            SystemsTable(
+                f"Systems compared: {work}",
+                ["run", *HEADERS],
+                rows,
+                data,
+                "Recomputed by Spark from each run's log (docs/run-logs.md): messages and bytes "
+                "of the event phase (from the first publish call on) per event, delivery "
+                "latency of the expected deliveries, table entries per node (brokers: SRT + "
+                "PRT entries; thesis: subscription pieces stored), load = messages sent + "
+                "received per node in the event phase, set-up = every message before it. "
+                "Runs from 'sim compare --out' are also checked against its compare.json.",
+            )
+        )
+        stem = f"systems{n + 1:02d}"
+        runs_text = "; ".join(f"{name}: {f.run.dir}" for name, f in zip(names, figs, strict=True))
+        what = "delivery latency of every expected delivery, a line per system"
+        drawn = plots.cdfs(
+            out / f"{stem}-latency.png",
+            f"Delivery latency CDF - {work}",
+            "delivery latency (ms)",
+            [
+                plots.Dist(name, f.latency_hist.get("delivery_latency_ms", []), LATENCY_BIN_MS)
+                for name, f in zip(names, figs, strict=True)
+            ],
+        )
+        _add(
+            report,
+            "systems",
+            "Delivery latency CDF",
+            drawn,
+            figs,
+            _caption(
+                f"Cumulative share of the {what} (in {LATENCY_BIN_MS:g} ms bins); {runs_text}.",
+                figs,
+                "no counterpart (the systems comparison is ours).",
+            ),
+        )
+        drawn = plots.rank(
+            out / f"{stem}-load.png",
+            f"Per-node load, busiest first - {work}",
+            "messages sent + received in the event phase",
+            [(name, f.node_values.get(LOAD, [])) for name, f in zip(names, figs, strict=True)],
+        )
+        _add(
+            report,
+            "systems",
+            "Per-node load rank curves",
+            drawn,
+            figs,
+            _caption(
+                "Each node's (broker's) messages sent + received in the event phase, nodes "
+                f"sorted busiest first, a line per system; {runs_text}.",
+                figs,
+                "no counterpart (the systems comparison is ours).",
+            ),
+        )
+
+
+def as_json(report: Report) -> list[dict[str, Any]]:
+    """The comparison tables for ``build_report``'s result."""
+    return [
+        {"title": t.title, "note": t.note, "columns": t.columns, "rows": t.data}
+        for t in report.systems
+    ]
+
+
+__all__ = ["as_json", "labels", "systems"]
