@@ -1,0 +1,68 @@
+"""The report's systems comparison: Spark recomputes a tiny ``sim compare --out`` (the thesis
+and two broker systems) from the logs, equal to every run's summary and to compare.json, and
+draws the comparison page."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rangecast.analysis.report.build import render
+from rangecast.analysis.report.session import spark_session
+from rangecast.analysis.report.spark_job import load_runs, recompute
+from rangecast.analysis.report.systems_job import COLUMNS, LOAD, groups
+from rangecast.sim.compare import COMPARE_FILE, compare
+
+pytest.importorskip("pyspark")
+pytest.importorskip("matplotlib")
+
+SYSTEMS = ("thesis", "siena", "octopia")
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[object]:
+    session = spark_session("local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cmp") / "c"
+    assert compare(SYSTEMS, nodes=40, events=60, seed=1, out_dir=out).succeeded()
+    return out
+
+
+def test_recomputed_comparison_equals_the_runs(
+    spark: object, compared: Path, tmp_path: Path
+) -> None:
+    runs = load_runs([compared])  # a compare directory stands for its systems' logs
+    assert [r.kind for r in runs] == list(SYSTEMS)
+    assert [[r.kind for r in g] for g in groups(runs)] == [list(SYSTEMS)]
+    figs = recompute(spark, runs)  # type: ignore[arg-type]
+    table = json.loads((compared / COMPARE_FILE).read_text())["rows"]
+    for f, row in zip(figs, table, strict=True):
+        assert f.mismatches == [], f.mismatches
+        rec = f.recomputed
+        for col in COLUMNS:
+            want = row[col]
+            assert rec["comparison"][col] == (None if want is None else pytest.approx(want)), col
+        brokers = f.run.summary.get("brokers", 40)  # (every thesis node counts)
+        assert len(f.node_values[LOAD]) == brokers
+        if f.run.kind != "thesis":
+            s = f.run.summary
+            for key in ("setup_messages", "ad_messages", "missed", "events", "brokers"):
+                assert rec[key] == s[key], key
+            for key in ("messages_per_event", "publications_per_event", "load_gini"):
+                assert rec[key] == pytest.approx(s[key], rel=1e-12), key
+            assert rec["delivery_latency_ms"] == pytest.approx(s["delivery_latency_ms"])
+    report, html = render(figs, tmp_path / "png", tmp_path / "report.html", {"version": "x"})
+    assert len(report.systems) == 1 and len(report.systems[0].rows) == 3
+    shown = [g for g in report.figures if g.figure == "systems"]
+    assert len(shown) == 2 and all(g.path.is_file() for g in shown)
+    cdf = shown[0].data[0]["lines"]
+    assert [ln["label"] for ln in cdf] == list(SYSTEMS)
+    assert html is not None and "Systems compared" in html.read_text()
