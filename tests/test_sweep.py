@@ -385,16 +385,15 @@ def test_spark_sweep_gives_the_same_table(smoke: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_spark_sweep_of_brokers_skips_the_report(tmp_path: Path) -> None:
+def test_spark_sweep_of_brokers_reports_them(tmp_path: Path) -> None:
     reason = _spark_ready()
     if reason is not None:
         pytest.skip(reason)
     plan = parse_plan("scenario = 'siena'\n[base]\nnodes = 20\nevents = 10\n", "b.toml")
     result = run_sweep(plan, tmp_path / "b", spark=True, quiet=True)
-    assert result.ok and result.report_problem is None
-    assert result.report_note == "no report for siena runs (the report reads thesis runs only)"
-    assert result.rows[0]["missed"] == 0 and not (tmp_path / "b" / "report.html").exists()
-    assert result.document["report"] is None
+    assert result.ok and result.report_problem is None and result.report_note is None
+    assert result.rows[0]["missed"] == 0 and (tmp_path / "b" / "report.html").exists()
+    assert result.document["report"] == "report.html"
 
 
 @pytest.mark.slow
