@@ -12,8 +12,8 @@ import pytest
 
 from rangecast.analysis.report.build import render
 from rangecast.analysis.report.session import spark_session
-from rangecast.analysis.report.spark_job import load_runs, recompute
-from rangecast.analysis.report.systems_job import COLUMNS, LOAD, groups
+from rangecast.analysis.report.spark_job import load_runs
+from rangecast.analysis.report.systems_job import COLUMNS, LOAD, groups, recompute
 from rangecast.sim.compare import COMPARE_FILE, compare
 
 pytest.importorskip("pyspark")

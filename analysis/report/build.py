@@ -26,9 +26,11 @@ from rangecast.analysis.report.spark_job import (
     RunLog,
     flatten,
     load_runs,
-    recompute,
     shared_summary,
 )
+from rangecast.analysis.report.systems import as_json as systems_json
+from rangecast.analysis.report.systems import systems
+from rangecast.analysis.report.systems_job import recompute
 from rangecast.dht.substrate import SUBSTRATES
 from rangecast.sim.outputs import ensure_writable_dir
 
@@ -99,8 +101,6 @@ def build_report(
             session.stop()
             discard_empty_spark_log()
     spark_s = time.perf_counter() - wall0
-
-    from rangecast.analysis.report.systems import as_json as systems_json
 
     say("drawing the figures")
     report, html_path = render(figs, out, Path(html) if html is not None else None, spark_info)
@@ -184,9 +184,6 @@ def render(
     _pairs(report, out, "lb", (False, True))
     _scaling(report, out)
     _lbdd(report)
-    # (imported here: the comparison page reuses this module's helpers)
-    from rangecast.analysis.report.systems import systems
-
     systems(report, out)
     html_path = None
     if html is not None:

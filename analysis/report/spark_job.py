@@ -125,11 +125,25 @@ class RunFigures:
     latency_hist: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
 
 
+#: ``sim compare --out DIR`` writes its table here (sim.compare.COMPARE_FILE).
+COMPARE_FILE = "compare.json"
+
+
+def expand(path: Path) -> list[Path] | None:
+    """A ``sim compare --out`` directory's run logs, in table order; None for any other path."""
+    table = path / COMPARE_FILE
+    if (path / "run.json").exists() or not table.is_file():
+        return None
+    try:
+        systems = json.loads(table.read_text()).get("systems") or []
+    except (OSError, ValueError):
+        return None
+    return [path / str(s) for s in systems]
+
+
 def load_runs(dirs: Sequence[Path | str]) -> list[RunLog]:
     """Read each directory's ``run.json``; refuse anything that is not a complete run log. A
     ``sim compare --out`` directory stands for its systems' run logs."""
-    from rangecast.analysis.report.systems_job import expand
-
     paths = [p for d in dirs for p in (expand(Path(d)) or [Path(d)])]
     runs = []
     for i, path in enumerate(paths):
@@ -291,13 +305,9 @@ def recompute(spark: SparkSession, runs: Sequence[RunLog]) -> list[RunFigures]:
             )
     finally:
         per_sender.unpersist()
-    # Broker runs and the systems comparison (imported here: that module builds on this one).
-    from rangecast.analysis.report.systems_job import recompute_systems
-
-    recompute_systems(spark, runs, out)
 
     for fig in out.values():
-        fig.mismatches = [*compare(fig.recomputed, fig.run.summary), *fig.mismatches]
+        fig.mismatches = compare(fig.recomputed, fig.run.summary)
     return [out[r.index] for r in runs]
 
 

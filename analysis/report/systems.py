@@ -16,9 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rangecast.analysis.report.build import _add, _caption, _differing, describe, setting
-from rangecast.analysis.report.model import Report, SystemsTable
-from rangecast.analysis.report.spark_job import LATENCY_BIN_MS, RunFigures
+from rangecast.analysis.report.model import Figure, Report, SystemsTable
+from rangecast.analysis.report.spark_job import LATENCY_BIN_MS, RunFigures, flatten
 from rangecast.analysis.report.systems_job import COLUMNS, LOAD, groups, workload_key
 
 #: The table's headers, in ``systems_job.COLUMNS`` order.
@@ -44,18 +43,27 @@ HEADERS = (
 _NOT_SETTINGS = ("system", "scenario")
 
 
+def _word(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return f"{name} {'on' if value else 'off'}"
+    return f"{name} {value}"
+
+
 def labels(figs: Sequence[RunFigures]) -> list[str]:
-    """Each run's system, and for a system run more than once, the settings its runs differ in."""
+    """Each run's system, and for a system run more than once, the settings its runs differ in
+    (``octopia (dynamic on)``)."""
     out = []
     for f in figs:
         same = [g for g in figs if g.run.kind == f.run.kind]
         words = ""
         if len(same) > 1:
-            keys = [
-                tuple(sorted((k, v) for k, v in setting(g.run).items() if k not in _NOT_SETTINGS))
-                for g in same
+            flat = [flatten(g.run.params) for g in same]
+            names = sorted({k for d in flat for k in d} - set(_NOT_SETTINGS))
+            varying = [
+                k for k in names if len({json.dumps(d.get(k), sort_keys=True) for d in flat}) > 1
             ]
-            words = describe(_differing(keys)[same.index(f)])
+            mine = flatten(f.run.params)
+            words = ", ".join(_word(k, mine.get(k)) for k in varying)
         out.append(f"{f.run.kind} ({words})" if words else f.run.kind)
     return out
 
@@ -73,9 +81,28 @@ def _cell(x: Any, col: str) -> str:
 
 
 def _workload(figs: Sequence[RunFigures]) -> str:
-    key = dict(workload_key(figs[0].run))
-    name = json.loads(key.pop("workload"))
-    return f"{name} workload, " + describe([(k, v) for k, v in key.items() if v != "null"])
+    """The shared workload in words: ``thesis workload, 200 nodes, 5 subs/node, ...``."""
+    key = {k: json.loads(v) for k, v in workload_key(figs[0].run)}
+    words = [f"{key.pop('workload')} workload"]
+    for k, v in key.items():
+        if v is None:
+            continue
+        if k == "latency":
+            words.append(f"{Path(str(v)).stem} latencies")
+        elif k == "subs_per_node":
+            words.append(f"{v:g} subs/node" if isinstance(v, int | float) else f"{v} subs/node")
+        elif k in ("nodes", "events"):
+            words.append(f"{v:,} {k}" if isinstance(v, int) else f"{v} {k}")
+        else:
+            words.append(_word(k.replace("_", " "), v))
+    return ", ".join(words)
+
+
+def _add(report: Report, title: str, drawn: Any, figs: Sequence[RunFigures], what: str) -> None:
+    models = sorted({f.run.latency_name for f in figs})
+    caption = f"{what} Latency model: {', '.join(models)}."
+    dirs = [str(f.run.dir) for f in figs]
+    report.figures.append(Figure("systems", title, drawn.path, dirs, caption, drawn.data))
 
 
 def systems(report: Report, out: Path) -> None:
@@ -123,15 +150,10 @@ def systems(report: Report, out: Path) -> None:
         )
         _add(
             report,
-            "systems",
             "Delivery latency CDF",
             drawn,
             figs,
-            _caption(
-                f"Cumulative share of the {what} (in {LATENCY_BIN_MS:g} ms bins); {runs_text}.",
-                figs,
-                "no counterpart (the systems comparison is ours).",
-            ),
+            f"Cumulative share of the {what} (in {LATENCY_BIN_MS:g} ms bins); {runs_text}.",
         )
         drawn = plots.rank(
             out / f"{stem}-load.png",
@@ -141,16 +163,11 @@ def systems(report: Report, out: Path) -> None:
         )
         _add(
             report,
-            "systems",
             "Per-node load rank curves",
             drawn,
             figs,
-            _caption(
-                "Each node's (broker's) messages sent + received in the event phase, nodes "
-                f"sorted busiest first, a line per system; {runs_text}.",
-                figs,
-                "no counterpart (the systems comparison is ours).",
-            ),
+            "Each node's (broker's) messages sent + received in the event phase, nodes sorted "
+            f"busiest first, a line per system; {runs_text}.",
         )
 
 

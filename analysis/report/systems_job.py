@@ -19,10 +19,11 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from functools import reduce
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import rangecast.analysis.report.spark_job as spark_job
 from rangecast.analysis.report.spark_job import (
+    COMPARE_FILE,
     LATENCY_BIN_MS,
     RunFigures,
     RunLog,
@@ -40,8 +41,6 @@ THESIS = "thesis"
 SYSTEM_KINDS = (THESIS, *SYSTEMS)
 #: The tables a broker run log needs for its figures (older logs have messages and nodes only).
 BROKER_TABLES = ("messages", "nodes", "deliveries", "events")
-#: ``sim compare --out DIR`` writes its table here (sim.compare.COMPARE_FILE).
-COMPARE_FILE = "compare.json"
 #: The columns of the comparison table (sim.compare.Row), in its order; None where a system has
 #: no such figure (the thesis: hops, false-positive receptions).
 COLUMNS = (
@@ -129,19 +128,19 @@ def compare_rows(run: RunLog) -> dict[str, Any] | None:
     return None
 
 
-def expand(path: Path) -> list[Path] | None:
-    """A ``sim compare --out`` directory's run logs, in table order; None for any other path."""
-    table = path / COMPARE_FILE
-    if (path / "run.json").exists() or not table.is_file():
-        return None
-    try:
-        systems = json.loads(table.read_text()).get("systems") or []
-    except (OSError, ValueError):
-        return None
-    return [path / str(s) for s in systems]
-
-
 # ------------------------------------------------------------------------------------- Spark
+
+
+def recompute(spark: SparkSession, runs: Sequence[RunLog]) -> list[RunFigures]:
+    """``spark_job.recompute`` (every kind's figures, the thesis') plus the broker runs' and the
+    systems comparison's; each run's mismatches against its summary (and ``compare.json``)."""
+    figs = spark_job.recompute(spark, runs)
+    out = {f.run.index: f for f in figs}
+    recompute_systems(spark, runs, out)
+    for f in figs:
+        table = [m for m in f.mismatches if m.get("why") == "table"]
+        f.mismatches = [*spark_job.compare(f.recomputed, f.run.summary), *table]
+    return figs
 
 
 def recompute_systems(
