@@ -78,6 +78,8 @@ WORKLOAD_KEYS = (
 )
 #: Parameters of the paper workloads only (a thesis-workload run ignores them).
 PAPER_KEYS = ("publishers", "hrp_subs", "hrp_rate")
+#: Parameters of the burst workload only.
+BURST_KEYS = ("hrp_subs", "hrp_rate")
 
 
 def is_broker(run: RunLog) -> bool:
@@ -92,7 +94,7 @@ def workload_key(run: RunLog) -> tuple[tuple[str, str], ...]:
     workload = str(p.get("workload", "thesis"))
     key = []
     for k in WORKLOAD_KEYS:
-        if k in PAPER_KEYS and workload == "thesis":
+        if (k in PAPER_KEYS and workload == "thesis") or (k in BURST_KEYS and workload != "burst"):
             continue
         value = workload if k == "workload" else p.get(k)
         key.append((k, json.dumps(value, sort_keys=True)))
