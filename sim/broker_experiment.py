@@ -173,8 +173,8 @@ class BrokerParams:
             raise LocalProtocolError(f"workload is one of {', '.join(WORKLOADS)}")
         if self.workload != "thesis" and not 1 <= self.publishers <= self.nodes // 2:
             raise LocalProtocolError("need 1 <= --publishers <= --nodes/2")
-        if self.sub_brokers < 0 or self.sub_brokers == 1 or self.sub_brokers > self.nodes:
-            raise LocalProtocolError("--sub-brokers is 0 (all) or in [2, --nodes]")
+        if not 0 <= self.sub_brokers <= self.nodes:
+            raise LocalProtocolError("--sub-brokers is 0 (all) or in [1, --nodes]")
         if not 0 <= self.warmup < 1:
             raise LocalProtocolError("--warmup must be in [0, 1)")
         if self.cyclic and (self.system != "padres" or self.covering):
@@ -295,8 +295,8 @@ def paper_plan(p: BrokerParams, nodes: Sequence[int]) -> Plan:
       symbol each; ``nodes * subs_per_node`` subscribers, each to a random symbol: 5 % are
       high-rated (sink all of it), all at one broker; 95 % low-rated (the same top 10 % of
       Attr2) at random other brokers (with ``sub_brokers`` X: at X-1 other brokers drawn once,
-      the paper's "X brokers"). ``events`` events in all, round robin, each publisher one per
-      ``pub_gap_ms`` on average."""
+      the paper's "X brokers"; X = 1: at the hot broker too). ``events`` events in all, round
+      robin, each publisher one per ``pub_gap_ms`` on average."""
     rng = stream(p.seed, f"paper-workload:{p.workload}")
     gen = Workload(THESIS_SCHEMA, THESIS_WORKLOAD, stream(p.seed, "workload-layout"))
     syms = _symbols(p.publishers)
@@ -330,7 +330,9 @@ def paper_plan(p: BrokerParams, nodes: Sequence[int]) -> Plan:
         marks["hot"] = hot
         others = [v for v in nodes if v != hot]
         if p.sub_brokers:
-            others = rng.sample(others, p.sub_brokers - 1)
+            # X = 1: every subscriber at the hot broker (the paper's case where POP and GRAPE
+            # choose alike)
+            others = rng.sample(others, p.sub_brokers - 1) or [hot]
         for _ in range(n_subs):
             t += rng.expovariate(1000.0 / p.sub_gap_ms)
             sym = syms[rng.randrange(p.publishers)]
@@ -658,8 +660,9 @@ class BrokerResult(RunResult):
     layout: dict[str, Any]
     sim_time_s: float
     #: With ``warmup`` > 0: the figures over the events from ``from_event`` on (the papers
-    #: measure after relocation has settled): messages and publications per event, mean delay
-    #: and hops of their deliveries, and the migrations in the window.
+    #: measure after relocation has settled): messages and publications per event (and the
+    #: inputs of the brokers: those plus the event's entry from its publisher, the paper's
+    #: message rate), mean delay and hops of their deliveries, and the migrations in the window.
     steady: dict[str, float] = field(default_factory=dict)
 
     def succeeded(self) -> bool:
@@ -863,6 +866,8 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             "from_event": float(k0),
             "messages_per_event": (sim.stats.messages - msgs) / n,
             "publications_per_event": (end_pubs - pubs) / n,
+            "broker_inputs_per_event": (sim.stats.messages - msgs) / n + 1.0,
+            "publication_inputs_per_event": (end_pubs - pubs) / n + 1.0,
             "delay_mean_ms": sum(x for x, _ in d) / len(d) if d else 0.0,
             "hops_per_delivery": sum(h for _, h in d) / len(d) if d else 0.0,
             "migrations": float(self._migrations() - migs),

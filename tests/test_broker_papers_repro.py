@@ -107,12 +107,16 @@ def test_steady_window_after_relocation() -> None:
 def test_sub_brokers_places_subscribers_on_x_brokers() -> None:
     from rangecast.sim.broker_experiment import paper_plan
 
-    p = BrokerParams(system="padres", **{**CLUSTERED, "sub_brokers": 5})
-    pl = paper_plan(p, list(range(63)))
+    def params(**kw: Any) -> BrokerParams:
+        return BrokerParams(**{**CLUSTERED, "system": "padres", **kw})
+
+    pl = paper_plan(params(sub_brokers=5), list(range(63)))
     assert len({i for _, i, _ in pl.subs}) == 5
     assert pl.marks["hot"] in {i for _, i, _ in pl.subs}
+    one = paper_plan(params(sub_brokers=1), list(range(63)))
+    assert {i for _, i, _ in one.subs} == {one.marks["hot"]}
     with pytest.raises(LocalProtocolError):
-        BrokerParams(**{**CLUSTERED, "sub_brokers": 1}).check()
+        params(sub_brokers=64).check()
 
 
 def test_clustered_workload_shape() -> None:
