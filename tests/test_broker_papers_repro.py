@@ -104,6 +104,18 @@ def test_steady_window_after_relocation() -> None:
     assert run("padres", **CLUSTERED).steady == {}
 
 
+def test_all_subscribers_at_one_broker_pop_and_grape_choose_alike() -> None:
+    # The paper: with every subscriber of a publisher at one broker, POP and GRAPE make the same
+    # move, there. Afterwards no publication crosses a broker link.
+    kw = {**CLUSTERED, "warmup": 0.5, "sub_brokers": 1}
+    base = run("padres", **kw)
+    pop, grape = run("pop", **kw), run("grape", **kw)
+    assert pop.migrations == grape.migrations == 2
+    assert pop.steady["publications_per_event"] == grape.steady["publications_per_event"] == 0
+    assert base.steady["publications_per_event"] > 0
+    assert pop.steady["delay_mean_ms"] < base.steady["delay_mean_ms"]
+
+
 def test_sub_brokers_places_subscribers_on_x_brokers() -> None:
     from rangecast.sim.broker_experiment import paper_plan
 
