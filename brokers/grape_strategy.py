@@ -8,7 +8,7 @@ Every publication of a publisher belongs to a *trace session* of ``threshold`` (
 consecutive publications, named by its first publication's id (the trace id). The source routes
 each one itself with the header ``[SESSION, trace id, k]`` (k: its index in the session, since
 our event ids are not consecutive per publisher), and so does every broker it reaches (the
-tagged-publication plumbing is ``pop.Tracing``, which POP's traced publications use too):
+tagged-publication plumbing is ``migration.Tracing``, which POP's traced publications use too):
 
 ================  =============================================================================
 event at b        action
@@ -49,8 +49,7 @@ from typing import Literal, cast
 from rangecast.brokers.broker import Broker, LinkQueues
 from rangecast.brokers.grape import CLIENT, G_THRESHOLD, Grape, Node, SessionLog, TraceInfo
 from rangecast.brokers.messages import Control, Publish
-from rangecast.brokers.migration import tree_path
-from rangecast.brokers.pop import Tracing
+from rangecast.brokers.migration import Tracing, tree_path
 from rangecast.brokers.tables import LOCAL
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 

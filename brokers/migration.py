@@ -46,6 +46,10 @@ tables could think an entry still sent that was dropped, and suppress it forever
 The path's brokers are tree neighbours in order; the messages are ``Control`` ops on overlay 0
 (``ref`` = A, ``ints`` = the path; the MCM's ``blob``: the dropped subscription ids, int64
 little-endian), counted as control traffic.
+
+``Tracing`` extends ``Relocation`` with what POP and GRAPE both do on top of it: a publication
+carrying a header (POP's traced ones, GRAPE's session ones) is routed by the strategy at every
+broker, which records what its system needs on the way.
 """
 
 from __future__ import annotations
@@ -55,12 +59,13 @@ from collections.abc import Sequence
 
 from rangecast.brokers.broker import Broker, Strategy
 from rangecast.brokers.clients import PAUSE, RESUME, ClientCommand
-from rangecast.brokers.filters import Box, overlaps
-from rangecast.brokers.messages import Control
+from rangecast.brokers.filters import Box, matches, overlaps
+from rangecast.brokers.messages import Control, Publish
 from rangecast.brokers.tables import LOCAL
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.wire import Message
 
-__all__ = ["OP_MCM", "OP_MUM", "Relocation", "tree_path"]
+__all__ = ["OP_MCM", "OP_MUM", "Relocation", "Tracing", "tree_path"]
 
 #: Control ops of the migration (POP's and GRAPE's own ops are below 20).
 OP_MUM, OP_MCM = 20, 21
@@ -224,6 +229,41 @@ class Relocation(Strategy):
                 broker.drop_sub(self.OVERLAY, sid, now)
                 dropped.append(sid)
         return dropped
+
+
+class Tracing(Relocation):
+    """The plumbing POP and GRAPE share over ``Relocation``: a publication with a header (POP's
+    traced ones, GRAPE's session ones) is routed by the strategy at every broker (``route``),
+    which records what its system needs on the way (``on_traced``)."""
+
+    def check_publish(self, broker: Broker, ad: int, values: Sequence[float | None]) -> None:
+        """What ``Broker.publish`` checks, for a publication the strategy makes itself."""
+        a = broker.tables(self.OVERLAY).srt.get(ad)
+        if ad in self.migrating or ad not in self.publishers or a is None:
+            raise LocalProtocolError(f"ad {ad} has no attached publisher at {broker.id}")
+        if len(values) != len(broker.schema) or not matches(a.box, values):
+            raise LocalProtocolError(f"event {tuple(values)} is outside its ad {a.box}")
+
+    def route(self, broker: Broker, msg: Publish, src: int, now: float) -> tuple[int, list[int]]:
+        """Deliver and forward ``msg`` as the core would: (local deliveries, the links used)."""
+        if len(msg.values) != len(broker.schema):
+            raise RemoteProtocolError(f"an event of {len(msg.values)} values")
+        local, targets = broker.match(self.OVERLAY, msg, src)
+        broker.deliver(self.OVERLAY, msg, local, src, now, bool(targets))
+        for n in targets:
+            broker.send(n, msg, now)
+        return len(local), targets
+
+    def on_receive(self, broker: Broker, msg: Message, src: int, now: float) -> bool:
+        if type(msg) is Publish and msg.hdr:
+            assert isinstance(msg, Publish)
+            self.on_traced(broker, msg, src, now)
+            return False
+        return True
+
+    def on_traced(self, broker: Broker, msg: Publish, src: int, now: float) -> None:
+        """A publication with a header, from ``src`` (LOCAL: this broker's own)."""
+        raise RemoteProtocolError(f"unexpected publication header {msg.hdr}")
 
 
 def _pack(sids: Sequence[int]) -> bytes:

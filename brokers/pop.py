@@ -42,12 +42,10 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rangecast.brokers.broker import Broker
-from rangecast.brokers.filters import matches
 from rangecast.brokers.messages import Control, Publish
-from rangecast.brokers.migration import Relocation
+from rangecast.brokers.migration import Tracing
 from rangecast.brokers.tables import LOCAL
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
-from rangecast.dht.wire import Message
 
 Node = Hashable
 Adjacency = Mapping[Node, Sequence[Node]] | Mapping[Node, set[Node]]
@@ -208,41 +206,6 @@ def walk(source: Node, tables: Mapping[Node, PPTable]) -> tuple[list[Forward], D
 OP_TRM, OP_RRM, OP_RAM = 10, 11, 12
 #: Header of a traced publication: [TRACED, ad].
 TRACED = 1
-
-
-class Tracing(Relocation):
-    """The plumbing POP and GRAPE share over ``Relocation``: a publication with a header (POP's
-    traced ones, GRAPE's session ones) is routed by the strategy at every broker (``route``),
-    which records what its system needs on the way (``on_traced``)."""
-
-    def check_publish(self, broker: Broker, ad: int, values: Sequence[float | None]) -> None:
-        """What ``Broker.publish`` checks, for a publication the strategy makes itself."""
-        a = broker.tables(self.OVERLAY).srt.get(ad)
-        if ad in self.migrating or ad not in self.publishers or a is None:
-            raise LocalProtocolError(f"ad {ad} has no attached publisher at {broker.id}")
-        if len(values) != len(broker.schema) or not matches(a.box, values):
-            raise LocalProtocolError(f"event {tuple(values)} is outside its ad {a.box}")
-
-    def route(self, broker: Broker, msg: Publish, src: int, now: float) -> tuple[int, list[int]]:
-        """Deliver and forward ``msg`` as the core would: (local deliveries, the links used)."""
-        if len(msg.values) != len(broker.schema):
-            raise RemoteProtocolError(f"an event of {len(msg.values)} values")
-        local, targets = broker.match(self.OVERLAY, msg, src)
-        broker.deliver(self.OVERLAY, msg, local, src, now, bool(targets))
-        for n in targets:
-            broker.send(n, msg, now)
-        return len(local), targets
-
-    def on_receive(self, broker: Broker, msg: Message, src: int, now: float) -> bool:
-        if type(msg) is Publish and msg.hdr:
-            assert isinstance(msg, Publish)
-            self.on_traced(broker, msg, src, now)
-            return False
-        return True
-
-    def on_traced(self, broker: Broker, msg: Publish, src: int, now: float) -> None:
-        """A publication with a header, from ``src`` (LOCAL: this broker's own)."""
-        raise RemoteProtocolError(f"unexpected publication header {msg.hdr}")
 
 
 class PopStrategy(Tracing):

@@ -115,6 +115,12 @@ class BrokerParams:
     )
     priority: str = param("load", "grape: the priority metric", choices=("load", "delay"))
     weight: float = param(100.0, "grape: weight of the priority metric, 0-100")
+    link_delay: bool = param(
+        False,
+        "grape: Algorithm 1's delay estimate adds each tree hop's RTT/2 (our reading; the "
+        "paper's counts queueing and matching only, which without queues is just the ping)",
+        style="on-off",
+    )
     link_mbps: float = param(
         0.0,
         "per-link output queues of this bandwidth (Mbit/s) at every broker; 0: none",
@@ -135,6 +141,15 @@ class BrokerParams:
         choices=WORKLOADS,
     )
     publishers: int = param(10, "burst, clustered: publishers, one ad box (stock symbol) each")
+    sub_brokers: int = param(
+        0, "clustered: the X brokers with subscribers (the hot one and X-1 at random); 0: all"
+    )
+    warmup: float = param(
+        0.0,
+        "share of the events (in publication order) left out of the steady-state figures "
+        "(result 'steady'; 0: none reported)",
+        type=non_negative_float,
+    )
     hrp_subs: int = param(40, "burst: subscribers of the high-rate publisher (every event)")
     hrp_rate: float = param(
         100.0, "burst: the high-rate publisher's events per second", type=positive_float
@@ -162,6 +177,10 @@ class BrokerParams:
             raise LocalProtocolError(f"workload is one of {', '.join(WORKLOADS)}")
         if self.workload != "thesis" and not 1 <= self.publishers <= self.nodes // 2:
             raise LocalProtocolError("need 1 <= --publishers <= --nodes/2")
+        if not 0 <= self.sub_brokers <= self.nodes:
+            raise LocalProtocolError("--sub-brokers is 0 (all) or in [1, --nodes]")
+        if not 0 <= self.warmup < 1:
+            raise LocalProtocolError("--warmup must be in [0, 1)")
         if self.cyclic and (self.system != "padres" or self.covering):
             raise LocalProtocolError("--cyclic on is PADRES' tree-ID routing: needs --covering off")
 
@@ -279,8 +298,9 @@ def paper_plan(p: BrokerParams, nodes: Sequence[int]) -> Plan:
     * ``clustered`` (POP/GRAPE): ``publishers`` publishers at distinct random brokers, one
       symbol each; ``nodes * subs_per_node`` subscribers, each to a random symbol: 5 % are
       high-rated (sink all of it), all at one broker; 95 % low-rated (the same top 10 % of
-      Attr2) at random other brokers. ``events`` events in all, round robin, each publisher one per
-      ``pub_gap_ms`` on average."""
+      Attr2) at random other brokers (with ``sub_brokers`` X: at X-1 other brokers drawn once,
+      the paper's "X brokers"; X = 1: at the hot broker too). ``events`` events in all, round
+      robin, each publisher one per ``pub_gap_ms`` on average."""
     rng = stream(p.seed, f"paper-workload:{p.workload}")
     gen = Workload(THESIS_SCHEMA, THESIS_WORKLOAD, stream(p.seed, "workload-layout"))
     syms = _symbols(p.publishers)
@@ -313,6 +333,10 @@ def paper_plan(p: BrokerParams, nodes: Sequence[int]) -> Plan:
         hot = rng.choice(nodes)
         marks["hot"] = hot
         others = [v for v in nodes if v != hot]
+        if p.sub_brokers:
+            # X = 1: every subscriber at the hot broker (the paper's case where POP and GRAPE
+            # choose alike)
+            others = rng.sample(others, p.sub_brokers - 1) or [hot]
         for _ in range(n_subs):
             t += rng.expovariate(1000.0 / p.sub_gap_ms)
             sym = syms[rng.randrange(p.publishers)]
@@ -484,6 +508,8 @@ class _Grape(_Relocating):
     def build(self, brokers: list[int]) -> None:
         super().build(brokers)
         self.layout.update(priority=self.p.priority, weight=self.p.weight)
+        if self.p.link_delay:
+            self.layout["link_delay"] = True
 
     def strategy(self, v: int) -> Any:
         p, net = self.p, self.sc.bnet
@@ -492,8 +518,13 @@ class _Grape(_Relocating):
             p.weight,
             p.threshold,
             ping=net.ping,
+            link_delay=self._hop_delay if p.link_delay else None,
             queues=net.queues if p.link_mbps else None,
         )
+
+    def _hop_delay(self, a: Any, b: Any) -> float:
+        """The tree hop's propagation (s), for Algorithm 1 in the ``link_delay`` mode."""
+        return float(self.sc.bnet.model.one_way_ms(a, b)) * 0.001
 
 
 class _Octopia(_System):
@@ -632,6 +663,11 @@ class BrokerResult(RunResult):
     migrations: int
     layout: dict[str, Any]
     sim_time_s: float
+    #: With ``warmup`` > 0: the figures over the events from ``from_event`` on (the papers
+    #: measure after relocation has settled): messages and publications per event (and the
+    #: inputs of the brokers: those plus the event's entry from its publisher, the paper's
+    #: message rate), mean delay and hops of their deliveries, and the migrations in the window.
+    steady: dict[str, float] = field(default_factory=dict)
 
     def succeeded(self) -> bool:
         return self.verdict.missed == self.verdict.duplicates == 0
@@ -662,9 +698,21 @@ class BrokerResult(RunResult):
                 f"{self.setup_bytes:,} bytes; migrations {self.migrations}",
                 f"  advertisements     {self.ad_messages:,} messages; SRT entries mean "
                 f"{self.srt_entries['mean']:.1f}, max {self.srt_entries['max']:.0f}",
+                *self._steady_line(),
                 f"  wall {self.wall_s:.1f} s",
             ]
         )
+
+    def _steady_line(self) -> list[str]:
+        st = self.steady
+        if not st:
+            return []
+        return [
+            f"  steady (event {st['from_event']:.0f} on) {st['messages_per_event']:.1f} messages, "
+            f"{st['publications_per_event']:.2f} publications per event; delay mean "
+            f"{st['delay_mean_ms']:.0f} ms, {st['hops_per_delivery']:.2f} hops; "
+            f"migrations {st['migrations']:.0f}"
+        ]
 
 
 def _fmt(x: Any) -> str:
@@ -764,6 +812,9 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         self.oracle = MatchOracle(THESIS_SCHEMA, [s for _, _, s in pl.subs])
         self.published: list[float] = []
         self.event_of: dict[int, int] = {}
+        #: The steady window's first event, and the counters when it is published.
+        self.steady_from = round(p.warmup * len(pl.pubs)) if p.warmup else -1
+        self.steady_mark = (0, 0, 0)
         t = sim.now
         for k, (gap, i) in enumerate(pl.pubs):
             t += gap
@@ -775,6 +826,12 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
     def _client_publish(self, k: int, client: int) -> None:
         """The publisher sends event ``k`` to its broker (buffered while it migrates)."""
         net = self.bnet
+        if k == self.steady_from:
+            self.steady_mark = (
+                self.sim.stats.messages,
+                self.sim.stats.types_json().get("Publish", {}).get("messages", 0),
+                self._migrations(),
+            )
         self.published.append(self.sim.now)
         b = net.clients.broker_of(client)
         at = self.sim.now + net.client_delay(client, b)
@@ -785,6 +842,39 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         b = net.clients.publish(client, k)
         if b is not None:
             net.act(b, lambda br, now: self._publish(br, client, k, now))
+
+    def _migrations(self) -> int:
+        net = self.bnet
+        return sum(
+            s.migrations
+            for s in (b.strategy for b in net.brokers.values())
+            if isinstance(s, Relocation)
+        )
+
+    def _steady(self, got: dict[tuple[int, int], int], want: set[tuple[int, int]],
+                lat: list[float], hops: list[int]) -> dict[str, float]:  # fmt: skip
+        """The figures from event ``steady_from`` on (``BrokerResult.steady``)."""
+        k0, sim = self.steady_from, self.sim
+        n = len(self.plan.events) - k0
+        if k0 < 0 or n <= 0:
+            return {}
+        msgs, pubs, migs = self.steady_mark
+        end_pubs = sim.stats.types_json().get("Publish", {}).get("messages", 0)
+        d = [
+            (x, h)
+            for (k, j), x, h in zip(got, lat, hops, strict=True)
+            if k >= k0 and (k, j) in want
+        ]
+        return {
+            "from_event": float(k0),
+            "messages_per_event": (sim.stats.messages - msgs) / n,
+            "publications_per_event": (end_pubs - pubs) / n,
+            "broker_inputs_per_event": (sim.stats.messages - msgs) / n + 1.0,
+            "publication_inputs_per_event": (end_pubs - pubs) / n + 1.0,
+            "delay_mean_ms": sum(x for x, _ in d) / len(d) if d else 0.0,
+            "hops_per_delivery": sum(h for _, h in d) / len(d) if d else 0.0,
+            "migrations": float(self._migrations() - migs),
+        }
 
     def _resume(self, b: Broker, client: int, k: Any, now: float) -> None:
         self._publish(b, client, k, now)
@@ -854,11 +944,8 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         self.logged = _Logged(got, lat, hops, at, want_all, stray_rows, brokers, load, entries)
         setup_messages, setup_bytes = self.setup_traffic
         vals = np.sort(np.asarray(hit_lat, dtype=np.float64))
-        migrations = sum(
-            s.migrations
-            for s in (net.brokers[v].strategy for v in brokers)
-            if isinstance(s, Relocation)
-        )
+        migrations = self._migrations()
+        steady = self._steady(got, want_all, lat, hops)
         self.phases["check"] = time.perf_counter() - mark
         return BrokerResult(
             system=p.system,
@@ -909,6 +996,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             migrations=migrations,
             layout=self.system.layout,
             sim_time_s=sim.now,
+            steady=steady,
             **self.common_fields(),
         )
 

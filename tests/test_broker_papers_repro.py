@@ -78,6 +78,59 @@ def test_relocation_lowers_message_rate_and_delay(system: str) -> None:
     assert r.delivery_latency_ms["mean"] < base.delivery_latency_ms["mean"]
 
 
+def test_grape_delay_priority_moves_with_link_delay() -> None:
+    # Algorithm 1 as printed (queues and matching, none here) is just the ping: the current
+    # broker, 0 away, always wins and delay100 never moves. With each tree hop's RTT/2 in the
+    # estimate (our reading) it moves and lowers the mean delay.
+    base = run("padres", **CLUSTERED)
+    faithful = run("grape", **CLUSTERED, priority="delay")
+    assert faithful.migrations == 0
+    r = run("grape", **CLUSTERED, priority="delay", link_delay=True)
+    assert r.migrations >= 1
+    assert r.delivery_latency_ms["mean"] < base.delivery_latency_ms["mean"]
+
+
+def test_steady_window_after_relocation() -> None:
+    # The papers measure after relocation has settled: figures over the second half, and on
+    # X = 8 brokers with subscribers (the paper's "X brokers"); GRAPE load100 moves each
+    # publisher once, early, to the hot broker.
+    kw = {**CLUSTERED, "warmup": 0.5, "sub_brokers": 8}
+    base = run("padres", **kw)
+    r = run("grape", **kw)
+    assert base.steady["from_event"] == r.steady["from_event"] == 750
+    assert r.steady["migrations"] == 0 < r.migrations
+    assert r.steady["publications_per_event"] < 0.5 * base.steady["publications_per_event"]
+    assert r.steady["messages_per_event"] < base.steady["messages_per_event"]
+    assert run("padres", **CLUSTERED).steady == {}
+
+
+def test_all_subscribers_at_one_broker_pop_and_grape_choose_alike() -> None:
+    # The paper: with every subscriber of a publisher at one broker, POP and GRAPE make the same
+    # move, there. Afterwards no publication crosses a broker link.
+    kw = {**CLUSTERED, "warmup": 0.5, "sub_brokers": 1}
+    base = run("padres", **kw)
+    pop, grape = run("pop", **kw), run("grape", **kw)
+    assert pop.migrations == grape.migrations == 2
+    assert pop.steady["publications_per_event"] == grape.steady["publications_per_event"] == 0
+    assert base.steady["publications_per_event"] > 0
+    assert pop.steady["delay_mean_ms"] < base.steady["delay_mean_ms"]
+
+
+def test_sub_brokers_places_subscribers_on_x_brokers() -> None:
+    from rangecast.sim.broker_experiment import paper_plan
+
+    def params(**kw: Any) -> BrokerParams:
+        return BrokerParams(**{**CLUSTERED, "system": "padres", **kw})
+
+    pl = paper_plan(params(sub_brokers=5), list(range(63)))
+    assert len({i for _, i, _ in pl.subs}) == 5
+    assert pl.marks["hot"] in {i for _, i, _ in pl.subs}
+    one = paper_plan(params(sub_brokers=1), list(range(63)))
+    assert {i for _, i, _ in one.subs} == {one.marks["hot"]}
+    with pytest.raises(LocalProtocolError):
+        params(sub_brokers=64).check()
+
+
 def test_clustered_workload_shape() -> None:
     r = run("padres", **CLUSTERED)
     # One ad per publisher, flooded over the 62 tree edges.
