@@ -413,23 +413,33 @@ class _System:
             g = kary_tree(nodes, p.arity, self.sc.stream(rng_name), self.rtt)
         else:
             g = latency_mst(nodes, self.rtt)
-        self.layout.update(tree=p.tree, depth=_depth(g, nodes))
+        self.layout.update(tree=p.tree, diameter=_diameter(g, nodes))
         return g
 
 
-def _depth(g: BrokerGraph, nodes: list[int]) -> int:
-    """The tree's height from its first node (the k-ary root; any node of an MST)."""
+def _diameter(g: BrokerGraph, nodes: list[int]) -> int:
+    """The tree's longest path in hops (a label of the layout): the farthest broker from the
+    farthest broker of any start, which holds on a tree whichever node is its root."""
     if not nodes:
         return 0
-    seen = {nodes[0]: 0}
-    todo = [nodes[0]]
+    far, _ = _farthest(g, nodes[0])
+    return _farthest(g, far)[1]
+
+
+def _farthest(g: BrokerGraph, start: int) -> tuple[int, int]:
+    """The broker farthest from ``start`` on the tree ``g`` and its distance in hops."""
+    seen = {start: 0}
+    todo = [start]
+    best = (start, 0)
     while todo:
         u = todo.pop()
         for w in g.neighbours(u):
             if w not in seen:
                 seen[w] = seen[u] + 1
                 todo.append(w)
-    return max(seen.values())
+                if seen[w] > best[1]:
+                    best = (w, seen[w])
+    return best
 
 
 class _Tree(_System):
