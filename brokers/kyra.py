@@ -34,7 +34,14 @@ of its clients get it.
 
 Zones (``kd_partition``) are boxes (``brokers.filters.Box``) that constrain every attribute and
 partition the domain: Kyra routes complete events (an event missing an attribute is in no zone;
-``LocalProtocolError`` at ``publish``).
+``LocalProtocolError`` at ``publish``). A clique's zones may be cut by its own load alone (the
+toy's 1-D zones), but in several dimensions such cuts fall across the tree zones' cuts and a
+server's zone meets most of the T tree zones (thesis workload, 200 servers: 3.6 trees per
+server, 22 servers on all 8, 7.2 tree pieces per subscription). ``aligned_partition`` cuts a
+clique's zones along the trees' k-d tree (``kd_tree``): with k <= T servers each zone is a union
+of whole tree zones, so a server joins about T/k trees, a tree has one member per clique and a
+subscription becomes one piece per tree zone it meets, which is what the paper's "each server
+only participates in a small number of routing networks" needs. The simulator uses it.
 """
 
 from __future__ import annotations
@@ -55,11 +62,14 @@ from rangecast.pubsub.subscription import Range
 
 __all__ = [
     "CLIQUE",
+    "KdNode",
     "KyraLayout",
     "KyraStrategy",
+    "aligned_partition",
     "build",
     "domain_box",
     "kd_partition",
+    "kd_tree",
     "zone_index",
 ]
 
@@ -92,33 +102,108 @@ def kd_partition(
     (weighted standard deviation over the zone's width), at the cut that minimises the larger of
     load(left)/k_left and load(right)/k_right (the weighted median for k_left = k_right), with
     k_left = ceil(k/2). Without load, split the relatively widest attribute in proportion."""
+    return kd_tree(schema, k, events, subs, alpha, beta).leaves()
+
+
+@dataclass(slots=True)
+class KdNode:
+    """A node of a k-d partition: its box and, unless it is one zone, its two halves."""
+
+    box: Box
+    left: KdNode | None = None
+    right: KdNode | None = None
+
+    def leaves(self) -> list[Box]:
+        """The zones below, left to right."""
+        if self.left is None or self.right is None:
+            return [self.box]
+        return self.left.leaves() + self.right.leaves()
+
+
+def kd_tree(
+    schema: Schema,
+    k: int,
+    events: Sequence[Sequence[float | None]] = (),
+    subs: Sequence[Box] = (),
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    root: Box | None = None,
+) -> KdNode:
+    """``kd_partition``'s cuts as a tree (its leaves are the zones), of ``root`` (default: the
+    whole domain)."""
     if k < 1:
         raise LocalProtocolError("k must be >= 1")
-    root = domain_box(schema)
-    widths = [hi - lo for lo, hi, _, _ in root.dims]
+    dom = domain_box(schema)
+    widths = [hi - lo for lo, hi, _, _ in dom.dims]
     ints = [a.type == "int" for a in schema.attributes]
-    out: list[Box] = []
-    todo = [(root, k, list(events), [s for s in subs if overlaps(s, root)])]
-    while todo:
-        zone, kz, evs, ss = todo.pop()
+    top = dom if root is None else root
+
+    def node(zone: Box, kz: int, evs: list[Sequence[float | None]], ss: list[Box]) -> KdNode:
         if kz == 1:
-            out.append(zone)
-            continue
+            return KdNode(zone)
         kl = (kz + 1) // 2
         dim, cut = _choose_cut(zone, kl, kz - kl, evs, ss, alpha, beta, widths)
         left, right = split(zone, dim, cut, ints[dim])
         if left is None or right is None:
             raise LocalProtocolError(f"the domain is too narrow for {k} zones")
-        # Right first on the stack, so the zones come out left to right.
-        for part, kp in ((right, kz - kl), (left, kl)):
-            todo.append(
-                (
-                    part,
-                    kp,
-                    [e for e in evs if matches(part, e)],
-                    [s for s in ss if overlaps(s, part)],
-                )
-            )
+        return KdNode(
+            zone,
+            node(left, kl, [e for e in evs if matches(left, e)], _meeting(ss, left)),
+            node(right, kz - kl, [e for e in evs if matches(right, e)], _meeting(ss, right)),
+        )
+
+    # The whole domain keeps every event (one missing an attribute still weighs in the load).
+    evs = list(events) if root is None else [e for e in events if matches(top, e)]
+    return node(top, k, evs, _meeting(subs, top))
+
+
+def _meeting(subs: Sequence[Box], zone: Box) -> list[Box]:
+    return [s for s in subs if overlaps(s, zone)]
+
+
+def aligned_partition(
+    schema: Schema,
+    trees: KdNode,
+    k: int,
+    events: Sequence[Sequence[float | None]] = (),
+    subs: Sequence[Box] = (),
+    alpha: float = 1.0,
+    beta: float = 1.0,
+) -> list[Box]:
+    """A clique's ``k`` zones along the global partition ``trees`` (the tree zones' k-d tree):
+    from its root down, the servers are divided between the two halves in proportion to the
+    clique's load there (without load, to the halves' tree zones), but never more servers than
+    tree zones on a side while k <= T, and never fewer beyond. So for k <= T a zone is a union of
+    whole tree zones and each tree zone belongs to one server of the clique (a tree has one
+    member per clique; a server joins about T/k trees); for k > T each zone is a
+    ``kd_partition`` piece, by the clique's load, of one tree zone. Zones cut independently of
+    the trees overlap up to all T tree zones in several dimensions (module docs)."""
+    if k < 1:
+        raise LocalProtocolError("k must be >= 1")
+    out: list[Box] = []
+
+    def down(nd: KdNode, ks: int, evs: list[Sequence[float | None]], ss: list[Box]) -> None:
+        if ks == 1:
+            out.append(nd.box)
+            return
+        if nd.left is None or nd.right is None:
+            out.extend(kd_tree(schema, ks, evs, ss, alpha, beta, nd.box).leaves())
+            return
+        halves = []
+        for h in (nd.left, nd.right):
+            he = [e for e in evs if matches(h.box, e)]
+            hs = _meeting(ss, h.box)
+            halves.append((h, he, hs, alpha * len(he) + beta * len(hs)))
+        (lh, le, ls, ll), (rh, re_, rs, rl) = halves
+        nl, nr = len(lh.leaves()), len(rh.leaves())
+        share = ll / (ll + rl) if ll + rl > 0 else nl / (nl + nr)
+        # Up to T servers, no two share a tree zone; beyond, every tree zone has one.
+        lo, hi = (max(1, ks - nr), min(ks - 1, nl)) if ks <= nl + nr else (nl, ks - nr)
+        kl = min(hi, max(lo, int(ks * share + 0.5)))
+        down(lh, kl, le, ls)
+        down(rh, ks - kl, re_, rs)
+
+    down(trees, k, list(events), _meeting(subs, trees.box))
     return out
 
 

@@ -581,13 +581,14 @@ class _Kyra(_System):
         boxes: dict[int, list[Box]] = {}
         for _, i, sub in sc.plan.subs:
             boxes.setdefault(sc.bnet.nearest_broker(i), []).append(sc.boxes[id(sub)])
+        t = p.trees or max(len(c) for c in cliques)
+        cuts = kyra.kd_tree(self.schema, t, sample, alpha=1.0, beta=0.0)
+        tree_zones = cuts.leaves()
         zone: dict[int, Box] = {}
         for c in cliques:
             subs = [bx for v in c for bx in boxes.get(v, ())]
-            for v, z in zip(c, kyra.kd_partition(self.schema, len(c), sample, subs), strict=True):
-                zone[v] = z
-        t = p.trees or max(len(c) for c in cliques)
-        tree_zones = kyra.kd_partition(self.schema, t, sample, alpha=1.0, beta=0.0)
+            zs = kyra.aligned_partition(self.schema, cuts, len(c), sample, subs)
+            zone.update(zip(c, zs, strict=True))
         self.lay = kyra.build(cliques, zone, tree_zones, self.rtt, p.covering)
         self.configs = self.lay.configs()
         sizes = [len(c) for c in cliques]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from rangecast.brokers import grape, kyra, octopia, pop
 from rangecast.brokers.broker import Broker, LinkQueues, siena
-from rangecast.brokers.filters import Box, matches
+from rangecast.brokers.filters import Box, covers, matches, overlaps
 from rangecast.brokers.graphs import BrokerGraph, hac_cliques
 from rangecast.brokers.messages import Control
 from rangecast.brokers.tables import LOCAL
@@ -213,12 +213,18 @@ def test_kyra_random_networks_deliver_exactly_once(seed: int, n: int, dims: int)
             lo = rng.uniform(0, 95)
             ranges[d] = Range(lo, lo + rng.uniform(0, 40))
         subs.append((rng.randrange(n), Box.from_ranges(schema, ranges)))
+    t = max(len(c) for c in cliques) + rng.randrange(-1, 2)  # T = max k_i, also one off
+    cuts = kyra.kd_tree(schema, max(1, t), sample, beta=0.0)
+    tz = cuts.leaves()
+    aligned = rng.random() < 0.5  # the clique's zones along the trees' cuts, or its own
     zone: dict[int, Box] = {}
     for c in cliques:
         mine = [box for o, box in subs if o in c]
-        zone.update(zip(c, kyra.kd_partition(schema, len(c), sample, mine), strict=True))
-    t = max(len(c) for c in cliques)
-    tz = kyra.kd_partition(schema, t, sample, beta=0.0)
+        if aligned:
+            zs = kyra.aligned_partition(schema, cuts, len(c), sample, mine)
+        else:
+            zs = kyra.kd_partition(schema, len(c), sample, mine)
+        zone.update(zip(c, zs, strict=True))
     layout = kyra.build(cliques, zone, tz, dist, covering=rng.random() < 0.5)
     net = BrokerNet(layout.graph, layout.overlays, schema, layout.configs(), layout.strategy)
     live = {}
@@ -248,6 +254,50 @@ def test_kyra_kd_partition_tiles_the_domain(seed: int, k: int, dims: int) -> Non
     probes = [*events, *(tuple(rng.uniform(0, 100) for _ in range(dims)) for _ in range(50))]
     for p in probes:
         assert sum(matches(z, p) for z in zones) == 1
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 9), st.integers(1, 12), st.integers(1, 2))
+def test_kyra_aligned_partition_follows_the_tree_zones(
+    seed: int, t: int, k: int, dims: int
+) -> None:
+    """A clique's aligned zones tile the domain, and each is a union of whole tree zones or
+    lies inside one: with k <= T every tree zone has exactly one server of the clique (a tree has
+    one member per clique, a server joins about T/k trees); beyond, each has one or more."""
+    rng = random.Random(seed)
+    schema = XY if dims == 2 else Schema("x", XY.attributes[:1])
+    events = [tuple(rng.uniform(0, 100) for _ in range(dims)) for _ in range(rng.randrange(60))]
+    subs = []
+    for _ in range(rng.randrange(10)):
+        lo = [rng.uniform(0, 90) for _ in range(dims)]
+        subs.append(Box.from_ranges(schema, {d: Range(x, x + 10) for d, x in enumerate(lo)}))
+    cuts = kyra.kd_tree(schema, t, events, beta=0.0)
+    tz = cuts.leaves()
+    assert tz == kyra.kd_partition(schema, t, events, beta=0.0)
+    zones = kyra.aligned_partition(schema, cuts, k, events, subs)
+    assert len(zones) == k
+    probes = [*events, *(tuple(rng.uniform(0, 100) for _ in range(dims)) for _ in range(50))]
+    for p in probes:
+        assert sum(matches(z, p) for z in zones) == 1
+    for z in zones:
+        meets = [y for y in tz if overlaps(z, y)]
+        assert len(meets) == 1 or all(covers(z, y) for y in meets)
+    for y in tz:
+        if k <= t:
+            assert sum(covers(z, y) for z in zones) == 1
+        else:
+            assert sum(covers(y, z) for z in zones) >= 1
+
+
+def test_kyra_aligned_partition_divides_servers_by_load() -> None:
+    """Two tree zones, three servers: the clique's load sits on the left, so two servers share
+    the left tree zone (cut there by the clique's load) and one takes the right."""
+    one = Schema("x", (Attribute("x", "float", 0, 99),))
+    cuts = kyra.kd_tree(one, 2, [(float(x),) for x in range(100)], beta=0.0)
+    left = [(float(x),) for x in range(40)] + [(60.0,)]
+    zones = kyra.aligned_partition(one, cuts, 3, left, beta=0.0)
+    assert [z.dims[0][:2] for z in zones] == [(0.0, 19.0), (19.0, 49.0), (49.0, 99.0)]
+    # one server: the whole domain, every tree
+    assert kyra.aligned_partition(one, cuts, 1) == [cuts.box]
 
 
 def test_kyra_kd_partition_balances_the_load() -> None:
