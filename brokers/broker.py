@@ -216,7 +216,9 @@ class LinkQueues(Protocol):
 
     def sample(self, broker: int, dst: int, now: float) -> tuple[int, int, int]:
         """(queue length now, messages enqueued, messages sent) on ``broker``'s output queue to
-        ``dst``; the two counts since the previous sample of that queue."""
+        ``dst``; the two counts since the previous sample of that queue. A driver with a
+        per-broker service time adds the broker's waiting inputs to every such queue, and
+        ``dst == broker`` samples its input queue alone (waiting, arrived, taken into service)."""
         ...
 
 

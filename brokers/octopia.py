@@ -46,7 +46,10 @@ otherwise                             A; one CIV-N to argmin_q(I) carrying the o
 A queue is congested iff CE = n_in/n_out >= 1 and q > delta over the last closed window
 (``LinkStatusTable``; Eq. 10 is lost in the OCR, this is BASELINES' reading, delta = 10 and a
 50 ms window as the paper set them). The queues are the driver's: before each decision the
-strategy samples every candidate link from its ``LinkQueues`` into the table at ``now``.
+strategy samples every candidate link from its ``LinkQueues`` into the table at ``now``. A
+driver with a per-broker service time counts the broker's waiting inputs in every link's queue
+(each will be routed onto its target links after them): an overwhelmed broker, the paper's case
+(i), finds all its target links congested and adds one copy instead of one per target cluster.
 
 Reading for Fig. 8 (the OCR lost its cluster names): the CIVs 100/101/111 given for P1 (host
 cluster 2), P2 (host 1, not a target) and P3 (host 1) are exactly the publishers' target-cluster

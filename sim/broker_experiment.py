@@ -105,7 +105,9 @@ class BrokerParams:
     arity: int = param(2, "k of --tree kary")
     clusters: int = param(5, "octopia: clusters m of the SCOT")
     dynamic: bool = param(
-        False, "octopia: dynamic inter-cluster routing (IDR; needs --link-mbps)", style="on-off"
+        False,
+        "octopia: dynamic inter-cluster routing (IDR; needs --link-mbps or a service time)",
+        style="on-off",
     )
     max_distance: float = param(50.0, "kyra: largest RTT (ms) inside a clique", type=positive_float)
     max_size: int = param(8, "kyra: largest clique")
@@ -125,6 +127,18 @@ class BrokerParams:
         0.0,
         "per-link output queues of this bandwidth (Mbit/s) at every broker; 0: none",
         type=non_negative_float,
+    )
+    service_ms: float = param(
+        0.0,
+        "per-broker service time: each broker serves its inputs one at a time (one FIFO input "
+        "queue), this many ms each; 0: none",
+        type=non_negative_float,
+    )
+    match_us: float = param(
+        0.0, "service time: plus this many us per PRT entry scanned", type=non_negative_float
+    )
+    send_ms: float = param(
+        0.0, "service time: plus this many ms per message the broker sends", type=non_negative_float
     )
     cyclic: bool = param(
         False,
@@ -554,7 +568,9 @@ class _Octopia(_System):
     def make(self, v: int) -> Broker:
         ovs = {i: ov.neighbours(v) for i, ov in enumerate(self.lay.overlays)}
         net = self.sc.bnet
-        strat = self.lay.strategy(v, self.p.dynamic, net.queues if self.p.link_mbps else None)
+        p = self.p
+        queued = p.link_mbps or p.service_ms or p.match_us or p.send_ms
+        strat = self.lay.strategy(v, p.dynamic, net.queues if queued else None)
         return Broker(v, self.schema, ovs, self.configs, strat)
 
     def _s(self, b: Broker) -> octopia.OctopiaStrategy:
@@ -758,7 +774,15 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
     def setup(self) -> None:
         p = self.params
         self.setup_engine()
-        self.bnet = BrokerNetwork(self.sim, p.seed, p.nodes, link_bps=p.link_mbps * 1e6)
+        self.bnet = BrokerNetwork(
+            self.sim,
+            p.seed,
+            p.nodes,
+            link_bps=p.link_mbps * 1e6,
+            service=p.service_ms * 1e-3,
+            match_cost=p.match_us * 1e-6,
+            send_cost=p.send_ms * 1e-3,
+        )
         self.system = _SYSTEMS[p.system](self)
         brokers = self.system.brokers()
         if p.workload == "thesis":
@@ -852,7 +876,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         net = self.bnet
         b = net.clients.publish(client, k)
         if b is not None:
-            net.act(b, lambda br, now: self._publish(br, client, k, now))
+            net.submit(b, lambda br, now: self._publish(br, client, k, now))
 
     def _migrations(self) -> int:
         net = self.bnet

@@ -31,6 +31,23 @@ takes size/bandwidth on the link, and only then is handed to the engine (which a
 propagation delay); the adapter's timer is the next head-of-line departure. ``LinkQueueTable``
 exposes the queues to strategies as ``brokers.broker.LinkQueues`` (OctopiA's IDR, GRAPE's
 delay estimate). Without a bandwidth the adapter hands messages straight to the engine.
+
+**Per-broker service time** (``service``, optional; BASELINES 4.6, OctopiA's host broker with one
+input queue and one matcher). With a service time set, each adapter serves its inputs one at a
+time in arrival order: broker messages and the clients' calls (``BrokerNetwork.submit``) join one
+FIFO input queue. Serving an input runs the core at the start of its service and holds what it
+emits (messages and deliveries) until the service ends, ``service`` + ``match_cost`` x PRT
+entries the core scanned (``BrokerStats.matchings``) + ``send_cost`` x messages it emitted later:
+the matcher is busy for that long and the copies it puts out (a PADRES broker serialising each
+copy) are part of its work. The next input starts when the previous one ends; the adapter's
+timer is the end of the current service. The core's own timers and the driver's direct calls
+(``act``: migration steps) bypass the queue.
+
+What the strategies see (``LinkQueues.sample``): with a service time, the queue toward ``dst``
+also holds the inputs waiting at the broker (each will be routed onto its target links after
+them), and the window counts add the input queue's arrivals and service starts since that
+link's previous sample; ``sample(v, v, now)`` is the input queue alone (waiting inputs, arrivals
+and service starts since the previous such sample).
 """
 
 from __future__ import annotations
@@ -68,15 +85,28 @@ class BrokerNode:
     """The engine's view of one broker (sim.engine.Core)."""
 
     __slots__ = (
+        "_arrived",
+        "_done",
         "_encode",
+        "_held",
+        "_held_events",
+        "_inq",
         "_links",
+        "_marks",
         "_now",
         "_ready",
+        "_released",
+        "_released_events",
+        "_served",
         "addrs",
         "bps",
         "broker",
         "hops",
         "index_of",
+        "match_cost",
+        "send_cost",
+        "service",
+        "serving",
     )
 
     def __init__(
@@ -87,6 +117,9 @@ class BrokerNode:
         hops: dict[int, dict[int, int]],
         bps: float = 0.0,
         encode: Callable[[Message], bytes] | None = None,
+        service: float = 0.0,
+        match_cost: float = 0.0,
+        send_cost: float = 0.0,
     ) -> None:
         self.broker = broker
         self.addrs = addrs
@@ -99,6 +132,24 @@ class BrokerNode:
         self._ready: list[tuple[bytes, Message]] = []
         #: The engine's time of the last input: the queues stamp the broker's outputs with it.
         self._now = 0.0
+        #: Seconds per input served, per PRT entry scanned, per message emitted (module docs);
+        #: all 0: no input queue, the core runs on arrival.
+        self.service = service
+        self.match_cost = match_cost
+        self.send_cost = send_cost
+        self.serving = bool(service or match_cost or send_cost)
+        #: Waiting inputs: (message, sender) or (client call, -1).
+        self._inq: deque[tuple[Any, int]] = deque()
+        #: End of the current service (inf: idle) and what it emitted, held until then.
+        self._done = _INF
+        self._held: list[tuple[int, Message]] = []
+        self._held_events: list[Any] = []
+        self._released: list[tuple[int, Message]] = []
+        self._released_events: list[Any] = []
+        #: Inputs arrived and services started so far; per sampled queue, both at its last sample.
+        self._arrived = 0
+        self._served = 0
+        self._marks: dict[int, tuple[int, int]] = {}
 
     # -- the Core protocol ------------------------------------------------------------------
 
@@ -112,14 +163,24 @@ class BrokerNode:
             v = self.broker.id
             if v not in h:
                 h[v] = h.get(s, 0) + 1
-        self.broker.receive(msg, s, now)
+        if self.serving:
+            self.enqueue(msg, s, now)
+        else:
+            self.broker.receive(msg, s, now)
 
     def handle_timer(self, now: float) -> None:
         self._now = now
         self.broker.handle_timer(now)
+        if self._done <= now:
+            # the core's own timer outputs leave now, not behind the service that ends
+            self._released.extend(self.broker.take_messages())
+            self._released_events.extend(self.broker.take_events())
+            self._serve(now)
 
     def get_timer(self) -> float | None:
         t = self.broker.get_timer()
+        if self._done != _INF and (t is None or self._done < t):
+            t = self._done
         if self.bps:
             for link in self._links.values():
                 if link.head_done < (_INF if t is None else t):
@@ -128,13 +189,62 @@ class BrokerNode:
 
     def take_messages(self) -> list[tuple[bytes, Message]]:
         out = self.broker.take_messages()
+        if self._released:
+            out = self._released + out
+            self._released = []
         addrs = self.addrs
         if not self.bps:
             return [(addrs[d], m) for d, m in out] if out else []
         return self._queue(out)
 
     def take_events(self) -> list[Any]:
-        return self.broker.take_events()
+        ev = self.broker.take_events()
+        if self._released_events:
+            ev = self._released_events + ev
+            self._released_events = []
+        return ev
+
+    # -- the input queue (per-broker service time) --------------------------------------------
+
+    def enqueue(self, item: Any, src: int, now: float) -> None:
+        """An input joins the queue: a message from broker ``src``, or a client call
+        ``item(broker, now)`` with ``src`` -1; served at once if the broker is idle."""
+        self._now = now
+        self._inq.append((item, src))
+        self._arrived += 1
+        self._serve(now)
+
+    def _serve(self, now: float) -> None:
+        # Ends the services due by now (releasing what each emitted at its end), then starts
+        # the next input, at the end of the previous service or now if the broker was idle.
+        q = self._inq
+        while self._done <= now:
+            self._released.extend(self._held)
+            self._released_events.extend(self._held_events)
+            self._held, self._held_events = [], []
+            t = self._done
+            self._done = _INF
+            if q:
+                self._start(t)
+        if self._done == _INF and q:
+            self._start(now)
+
+    def _start(self, t: float) -> None:
+        broker = self.broker
+        item, src = self._inq.popleft()
+        self._served += 1
+        before = broker.stats.matchings
+        if src < 0:
+            item(broker, t)
+        else:
+            broker.receive(item, src, t)
+        self._held = broker.take_messages()
+        self._held_events = broker.take_events()
+        self._done = t + (
+            self.service
+            + self.match_cost * (broker.stats.matchings - before)
+            + self.send_cost * len(self._held)
+        )
 
     # -- per-link output queues -------------------------------------------------------------
 
@@ -167,11 +277,20 @@ class BrokerNode:
             link.head_done = link.head_done + q[0][1] * 8.0 / self.bps if q else _INF
 
     def sample(self, dst: int, now: float) -> tuple[int, int, int]:
+        if self._arrived:
+            # the input queue: alone for dst = self, else added to the link's (module docs)
+            a, s = self._marks.get(dst, (0, 0))
+            self._marks[dst] = (self._arrived, self._served)
+            q, n_in, n_out = len(self._inq), self._arrived - a, self._served - s
+            if dst == self.broker.id:
+                return q, n_in, n_out
+        else:
+            q = n_in = n_out = 0
         link = self._links.get(dst)
         if link is None:
-            return 0, 0, 0
+            return q, n_in, n_out
         self._advance(dst, link, now)
-        out = (len(link.q), link.n_in, link.n_out)
+        out = (q + len(link.q), n_in + link.n_in, n_out + link.n_out)
         link.n_in = link.n_out = 0
         return out
 
@@ -217,6 +336,9 @@ class BrokerNetwork:
         count: int,
         *,
         link_bps: float = 0.0,
+        service: float = 0.0,
+        match_cost: float = 0.0,
+        send_cost: float = 0.0,
     ) -> None:
         if count < 1:
             raise LocalProtocolError("a broker network needs at least one node")
@@ -224,6 +346,8 @@ class BrokerNetwork:
         self.seed = seed
         self.count = count
         self.link_bps = link_bps
+        #: Per-broker service time (s per input, per PRT entry scanned, per message emitted).
+        self.service = (service, match_cost, send_cost)
         sim.add_nodes(count, stream(seed, "placement"))
         self.model = sim.latency
         self.hops: dict[int, dict[int, int]] = {}
@@ -254,7 +378,7 @@ class BrokerNetwork:
             if b.id != v:
                 raise LocalProtocolError(f"broker {b.id} built for node {v}")
             self.brokers[v] = b
-            node = BrokerNode(b, sim.addrs, sim.index_of, self.hops, bps, encode)
+            node = BrokerNode(b, sim.addrs, sim.index_of, self.hops, bps, encode, *self.service)
             self.queues.nodes[v] = node
             sim.attach(v, node)
 
@@ -287,9 +411,19 @@ class BrokerNetwork:
         b = self.clients.broker_of(client)
 
         def run() -> None:
-            self.act(b, fn)
+            self.submit(b, fn)
 
         self.sim.call_at(at + self.client_delay(client, b), run)
+
+    def submit(self, v: int, fn: Callable[[Broker, float], Any]) -> None:
+        """A client's input to broker ``v`` now: it joins the broker's input queue when brokers
+        have a service time (module docs), else it runs at once (``act``)."""
+        node = self.queues.nodes[v]
+        if node.serving:
+            node.enqueue(fn, -1, self.sim.now)
+            self.sim.poke(v)
+        else:
+            self.act(v, fn)
 
     def act(self, v: int, fn: Callable[[Broker, float], Any]) -> Any:
         """Call broker ``v`` now (a client call, a migration step), then flush it."""
