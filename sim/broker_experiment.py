@@ -25,7 +25,7 @@ The systems (docs/baselines.md has each one's readings):
   sessions and choice, the MUM/MCM migration); the driver applies the clients' pause/resume;
 * ``octopia``: a SCOT of ``--clusters`` m copies of a tree shape of n/m regions (brokers assigned
   to (region, cluster) at random), CIVs, static routing, or IDR with ``--dynamic on`` and
-  per-link queues;
+  per-link queues or a per-broker service time (``--service-ms``, ``--match-us``, ``--send-ms``);
 * ``kyra``: HAC cliques (``--max-distance``, ``--max-size``), k-d zones per clique from an event
   sample (not the published events) and the clique's subscriptions, T global zones and trees.
 """
@@ -537,13 +537,19 @@ class _Grape(_Relocating):
 
     def strategy(self, v: int) -> Any:
         p, net = self.p, self.sc.bnet
+        queued = p.link_mbps or p.service_ms or p.match_us or p.send_ms
         return GrapeStrategy(
             p.priority,  # type: ignore[arg-type]
             p.weight,
             p.threshold,
             ping=net.ping,
             link_delay=self._hop_delay if p.link_delay else None,
-            queues=net.queues if p.link_mbps else None,
+            # Algorithm 1's per-hop delays from the driver's queues when it models any:
+            # a queued message costs the broker's service plus one send; matching is per PRT
+            # entry scanned, as the driver charges it.
+            queues=net.queues if queued else None,
+            service=(p.service_ms + p.send_ms) * 1e-3 if queued else 0.0,
+            match_cost=p.match_us * 1e-6,
         )
 
     def _hop_delay(self, a: Any, b: Any) -> float:
