@@ -46,7 +46,7 @@ def test_bad_own_tables(extra: str, message: str) -> None:
 def test_papers_plans_are_shipped() -> None:
     assert {"baselines", "octopia70", "popgrape63"} <= set(shipped_plans())
     octopia = load_plan("octopia70")
-    assert len(octopia.runs) == 9
+    assert len(octopia.runs) == 9 * 3  # three seeds
     by = {(r.scenario, r.params.hrp_rate, r.params.dynamic) for r in octopia.runs}
     assert by == {
         *(("octopia", rate, d) for rate in (167.0, 133.0, 100.0) for d in (False, True)),
@@ -55,14 +55,21 @@ def test_papers_plans_are_shipped() -> None:
     for r in octopia.runs:
         p = r.params
         assert (p.nodes, p.clusters, p.tree, p.arity, p.workload) == (70, 5, "kary", 4, "burst")
-        assert p.cyclic == (r.scenario == "padres") and p.link_mbps == 0.05
+        assert p.cyclic == (r.scenario == "padres")
+        assert (p.service_ms, p.match_us, p.send_ms, p.link_mbps) == (1.0, 20.0, 1.0, 0.0)
     pg = load_plan("popgrape63")
-    assert [(r.scenario, r.params.priority) for r in pg.runs] == [
-        ("padres", "load"),
-        ("pop", "load"),
-        ("grape", "load"),
-        ("grape", "delay"),
-    ]
+    one_x = {
+        (r.scenario, r.params.priority, r.params.link_delay)
+        for r in pg.runs
+        if r.params.sub_brokers == 1 and r.seed == 1
+    }
+    assert one_x == {
+        ("padres", "load", False),
+        ("pop", "load", False),
+        *(("grape", pr, ld) for pr in ("load", "delay") for ld in (False, True)),
+    }
+    assert {r.params.sub_brokers for r in pg.runs} == {0, 1, 4, 8}
+    assert len(pg.runs) == 6 * 4 * 3 and all(r.params.warmup == 0.5 for r in pg.runs)
     assert all(
         (r.params.nodes, r.params.arity, r.params.latency, r.params.workload)
         == (63, 2, "planetlab", "clustered")
