@@ -12,7 +12,9 @@
 
 A subscription's deliveries are an async iterator; it ends when the subscription is removed or
 the connection closes. Errors the peer reports (a bad expression, an unknown schema, a value out
-of its domain) raise ``RequestError`` with the peer's message.
+of its domain, a quota) raise ``RequestError`` with the peer's message; a publish refused for
+load (a publish rate, or the peer saturated) raises its subclass ``Overloaded``, which says how
+long to wait before trying again. Either way the event was not accepted: nothing of it is sent.
 """
 
 from __future__ import annotations
@@ -51,6 +53,15 @@ SUBSCRIPTION_BUFFER = 100_000
 
 class RequestError(RangecastError):
     """The peer refused a request (its reason is the message)."""
+
+
+class Overloaded(RequestError):
+    """A publish refused for load: the peer's publish rate for this connection or address,
+    or the peer is saturated. Nothing was published; trying after ``retry_after_s`` may work."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ConnectionLost(RangecastError):
@@ -166,6 +177,8 @@ class Client:
             clean[str(k)] = None if v is None else float(v)
         reply = await self._call(lambda req: PublishRequest(req, schema, clean))
         assert isinstance(reply, PublishReply)
+        if reply.error and reply.retry_after_ms:
+            raise Overloaded(reply.error, reply.retry_after_ms / 1000.0)
         if reply.error:
             raise RequestError(reply.error)
         return reply.eid
@@ -297,6 +310,7 @@ __all__ = [
     "ClientSubscription",
     "ConnectionLost",
     "Delivery",
+    "Overloaded",
     "RequestError",
     "connect",
 ]
