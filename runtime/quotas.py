@@ -275,12 +275,12 @@ class ClientConnection:
         q = self._ledger.quotas
         held = sum(self._subs.values())
         if held >= q.subscriptions_per_connection:
-            self._refuse(SUBS_CONNECTION, q.subscriptions_per_connection, "on one connection")
+            self._refuse(SUBS_CONNECTION, q.subscriptions_per_connection, "per connection")
         if self._entry.subscriptions >= q.subscriptions_per_address:
-            self._refuse(SUBS_ADDRESS, q.subscriptions_per_address, "from one address")
+            self._refuse(SUBS_ADDRESS, q.subscriptions_per_address, "per address")
         if self._entry.identical[key] >= q.identical_subscriptions_per_address:
             self._refuse(
-                SUBS_IDENTICAL, q.identical_subscriptions_per_address, "identical, per address"
+                SUBS_IDENTICAL, q.identical_subscriptions_per_address, "identical ones per address"
             )
 
     def _refuse(self, reason: str, limit: int, scope: str) -> None:
