@@ -49,6 +49,8 @@ from rangecast.runtime.messages import (
 
 #: Deliveries buffered per subscription before the reader waits for the application.
 SUBSCRIPTION_BUFFER = 100_000
+#: How long ``publish`` keeps trying a publish the peer refuses for load, by default.
+BUSY_WAIT_S = 30.0
 
 
 class RequestError(RangecastError):
@@ -167,18 +169,32 @@ class Client:
             sub._close()
 
     async def publish(
-        self, values: Mapping[str, float | int | None], schema: str = "thesis"
+        self,
+        values: Mapping[str, float | int | None],
+        schema: str = "thesis",
+        *,
+        busy_wait_s: float = BUSY_WAIT_S,
     ) -> int:
-        """Publish an event given by attribute name; returns its event id."""
+        """Publish an event given by attribute name; returns its event id.
+
+        A publish the peer refuses for load is tried again after the wait it names, for up to
+        ``busy_wait_s`` in all (backpressure: a publisher faster than the swarm is slowed to
+        its pace); then, or at once with ``busy_wait_s=0``, it raises ``Overloaded``."""
         clean: dict[str, float | None] = {}
         for k, v in values.items():
             if v is not None and not (isinstance(v, int | float) and math.isfinite(v)):
                 raise RequestError(f"{k}: value must be a finite number, got {v!r}")
             clean[str(k)] = None if v is None else float(v)
-        reply = await self._call(lambda req: PublishRequest(req, schema, clean))
-        assert isinstance(reply, PublishReply)
-        if reply.error and reply.retry_after_ms:
-            raise Overloaded(reply.error, reply.retry_after_ms / 1000.0)
+        give_up = trio.current_time() + busy_wait_s
+        while True:
+            reply = await self._call(lambda req: PublishRequest(req, schema, clean))
+            assert isinstance(reply, PublishReply)
+            if not (reply.error and reply.retry_after_ms):
+                break
+            wait = reply.retry_after_ms / 1000.0
+            if trio.current_time() + wait > give_up:
+                raise Overloaded(reply.error, wait)
+            await trio.sleep(wait)
         if reply.error:
             raise RequestError(reply.error)
         return reply.eid

@@ -58,7 +58,7 @@ class Quotas:
     #: this many frames in all, or its event loop lags more than ``saturation_lag_s``
     #: (measured every ``lag_probe_s``).
     saturation_backlog: int = 4_096
-    saturation_lag_s: float = 0.25
+    saturation_lag_s: float = 0.1
     lag_probe_s: float = 0.1
     #: What a refused publish is told to wait before trying again when the peer is saturated.
     busy_retry_s: float = 0.2
