@@ -16,6 +16,11 @@ events are published through ``--pub-clients`` clients attached to peers spread 
 2. Throughput phase: ``--events`` events published as fast as ``--publishers`` concurrent tasks
    can (each awaits its publish reply before the next one). Sustained throughput is the number
    of events from the first publish until the last expected delivery arrived, per second.
+3. Overload phase: ``--overload-events`` events offered open-loop at ``--overload-factor``
+   times the sustained rate just measured. The entry peers refuse publishes while saturated
+   (``Overloaded``, counted by reason); for the accepted events it reports delivery latency and
+   the oracle's missed / duplicate / false-positive counts. ``--no-admission`` lifts the quotas
+   and saturation bounds (what the peers did before they had them), for a before/after.
 
 Both phases compare every delivery with a brute-force oracle (``Subscription.matches``) and
 report missed / duplicate / false-positive deliveries. Frames and bytes are the peers' overlay
@@ -55,11 +60,13 @@ from rangecast.runtime.client import (
     Client,
     ClientSubscription,
     ConnectionLost,
+    Overloaded,
     RequestError,
     connect,
 )
 from rangecast.runtime.inprocess import start_local_swarm
 from rangecast.runtime.peer import RUNTIME_KADEMLIA, PeerConfig, PeerRuntime
+from rangecast.runtime.quotas import DEFAULT_QUOTAS
 from rangecast.sim.workload import thesis_workload
 
 NAMES = [a.name for a in THESIS_SCHEMA.attributes]
@@ -88,6 +95,8 @@ class Phase:
     replied_at: list[float] = field(default_factory=list)
     publish_errors: list[str] = field(default_factory=list)
     publish_timeouts: int = 0
+    #: Publishes the entry peer refused for load (``Overloaded``): not accepted, not expected.
+    refused: int = 0
 
     def __post_init__(self) -> None:
         n = len(self.events)
@@ -212,12 +221,16 @@ async def collect(
         arrivals[k].setdefault(d.eid, []).append(trio.current_time())
 
 
-async def publish_one(phase: Phase, j: int, client: Client, timeout_s: float) -> None:
+async def publish_one(
+    phase: Phase, j: int, client: Client, timeout_s: float, busy_wait_s: float = 30.0
+) -> None:
     values = dict(zip(NAMES, phase.events[j], strict=True))
     phase.sent_at[j] = trio.current_time()
     with trio.move_on_after(timeout_s) as cs:
         try:
-            phase.eids[j] = await client.publish(values)
+            phase.eids[j] = await client.publish(values, busy_wait_s=busy_wait_s)
+        except Overloaded:
+            phase.refused += 1
         except (RequestError, ConnectionLost) as exc:
             phase.publish_errors.append(f"{type(exc).__name__}: {exc}")
         phase.replied_at[j] = trio.current_time()
@@ -225,7 +238,9 @@ async def publish_one(phase: Phase, j: int, client: Client, timeout_s: float) ->
         phase.publish_timeouts += 1
 
 
-async def paced(phase: Phase, pubs: list[Client], rate: float, timeout_s: float) -> None:
+async def paced(
+    phase: Phase, pubs: list[Client], rate: float, timeout_s: float, busy_wait_s: float = 30.0
+) -> None:
     """Open loop: each publish starts at its scheduled instant in its own task."""
     start = trio.current_time() + 0.05
     n = len(phase.events)
@@ -238,7 +253,8 @@ async def paced(phase: Phase, pubs: list[Client], rate: float, timeout_s: float)
             # A saturated loop wakes the pacer late: start every publish already due, or one
             # per wake-up would quietly turn the offered rate into the achieved one.
             while j < n and start + j / rate <= now:
-                nursery.start_soon(publish_one, phase, j, pubs[j % len(pubs)], timeout_s)
+                client = pubs[j % len(pubs)]
+                nursery.start_soon(publish_one, phase, j, client, timeout_s, busy_wait_s)
                 j += 1
                 if j % every == 0:
                     progress(f"{phase.name}: {j}/{n} events offered")
@@ -304,6 +320,7 @@ async def bench(
     subs: list[Subscription],
     lat_phase: Phase,
     thr_phase: Phase,
+    ovl_phase: Phase,
 ) -> dict[str, Any]:
     result: dict[str, Any] = {}
     arrivals: list[dict[int, list[float]]] = [{} for _ in subs]
@@ -317,7 +334,11 @@ async def bench(
                 args.peers,
                 seed=args.seed,
                 config=PeerConfig(
-                    dht=args.dht, kademlia=replace(RUNTIME_KADEMLIA, lookup=args.lookup)
+                    dht=args.dht,
+                    kademlia=replace(RUNTIME_KADEMLIA, lookup=args.lookup),
+                    quotas=_UNBOUNDED
+                    if args.no_admission
+                    else replace(DEFAULT_QUOTAS, saturation_lag_s=args.saturation_lag_s),
                 ),
                 converge_timeout_s=args.setup_timeout,
             )
@@ -392,6 +413,27 @@ async def bench(
             snap_thr1 = Snapshot.take(peers)
             await trio.sleep(args.quiet_s)
 
+            # ---- overload phase: open loop at a multiple of the rate just sustained.
+            sustained_now = _events_per_s(thr_phase, arrivals, installed)
+            ovl_rate = args.overload_rate or args.overload_factor * (sustained_now or args.rate)
+            progress(f"overload phase: {len(ovl_phase.events)} events at {ovl_rate:.1f}/s")
+            refused0 = _refusals(peers)
+            dropped0 = sum(p.transport.dropped_out for p in peers)
+            failed0 = sum(p.dht.stats.peers_failed for p in peers)
+            snap_ovl0 = Snapshot.take(peers)
+            load: dict[str, list[float]] = {"lag_s": [], "backlog": []}
+            async with trio.open_nursery() as sampler:
+                sampler.start_soon(_sample_load, peers, load)
+                # Open loop: a refused publish is counted, not retried.
+                await paced(ovl_phase, pub_clients, ovl_rate, args.op_timeout, busy_wait_s=0)
+                sampler.cancel_scope.cancel()
+            ovl_complete = await await_deliveries(ovl_phase, arrivals, installed, args.wait_timeout)
+            snap_ovl1 = Snapshot.take(peers)
+            ovl_refused = _delta(_refusals(peers), refused0)
+            ovl_dropped = sum(p.transport.dropped_out for p in peers) - dropped0
+            ovl_failed = sum(p.dht.stats.peers_failed for p in peers) - failed0
+            await trio.sleep(args.quiet_s)
+
             readers.cancel_scope.cancel()
             overflowed = sum(c.overflowed for c in sub_clients + pub_clients)
 
@@ -411,7 +453,9 @@ async def bench(
     for st in statuses:
         for reason, n in st["rejected"]["runtime"].items():
             reasons[reason] = reasons.get(reason, 0) + n
-    all_phase_eids = {e for ph in (lat_phase, thr_phase) for e in ph.eids if e is not None}
+    all_phase_eids = {
+        e for ph in (lat_phase, thr_phase, ovl_phase) for e in ph.eids if e is not None
+    }
     unknown = sum(
         len(times) for got in arrivals for eid, times in got.items() if eid not in all_phase_eids
     )
@@ -505,6 +549,31 @@ async def bench(
     result["latency_phase"]["offered_above_sustained_rate"] = bool(
         sustained_rate and args.rate > sustained_rate
     )
+    ovl = oracle_check(ovl_phase, arrivals, installed)
+    result["overload_phase"] = {
+        "admission": not args.no_admission,
+        "events_offered": len(ovl_phase.events),
+        "offered_rate_per_s": round(ovl_rate, 1),
+        "sustained_rate_per_s": sustained_now,
+        "accepted": sum(e is not None for e in ovl_phase.eids),
+        "refused": ovl_phase.refused,
+        "refused_by_reason": ovl_refused,
+        "publish_errors": ovl_phase.publish_errors[:5],
+        "publish_error_count": len(ovl_phase.publish_errors),
+        "publish_timeouts": ovl_phase.publish_timeouts,
+        "all_delivered_before_timeout": ovl_complete,
+        "latency_accepted": summarize_ms(ovl["latencies"]),
+        "publish_reply": summarize_ms(_reply_times(ovl_phase)),
+        "oracle_accepted": {k: ovl[k] for k in _ORACLE_KEYS},
+        "dropped_out": ovl_dropped,
+        "dht_peers_failed": ovl_failed,
+        # What the admission saw while offering (sampled every 50 ms, over all peers).
+        "loop_lag_s": _spread(load["lag_s"]),
+        "link_backlog_frames": _spread(load["backlog"]),
+        "traffic": traffic(
+            snap_ovl0, snap_ovl1, max(sum(e is not None for e in ovl_phase.eids), 1)
+        ),
+    }
     result["totals"] = {
         "frames_out": snap_end.frames_out,
         "bytes_out": snap_end.bytes_out,
@@ -526,6 +595,57 @@ async def bench(
 
 
 _ORACLE_KEYS = ("expected", "delivered", "missed", "duplicates", "false_positives")
+
+#: ``--no-admission``: quotas and saturation bounds no run reaches (the peers before them).
+_UNBOUNDED = replace(
+    DEFAULT_QUOTAS,
+    publish_rate_per_s=1e12,
+    publish_burst=1e12,
+    address_publish_rate_per_s=1e12,
+    address_publish_burst=1e12,
+    saturation_backlog=1 << 62,
+    saturation_lag_s=1e12,
+)
+
+
+def _events_per_s(
+    phase: Phase, arrivals: list[dict[int, list[float]]], installed: list[bool]
+) -> float | None:
+    """The rate ``phase`` sustained: published events from the first publish to the last
+    expected delivery (as the throughput phase's report computes it)."""
+    r = oracle_check(phase, arrivals, installed)
+    first = min((t for t in phase.sent_at if not math.isnan(t)), default=math.nan)
+    last = max((t for t in phase.replied_at if not math.isnan(t)), default=math.nan)
+    end = r["last_expected_at"] if r["delivered"] else last
+    published = sum(e is not None for e in phase.eids)
+    span = end - first
+    return round(published / span, 1) if span > 0 else None
+
+
+async def _sample_load(peers: list[PeerRuntime], into: dict[str, list[float]]) -> None:
+    while True:
+        await trio.sleep(0.05)
+        into["lag_s"].append(max(p.clients.lag_s for p in peers))
+        into["backlog"].append(max(p.backlog() for p in peers))
+
+
+def _spread(xs: list[float]) -> dict[str, float]:
+    if not xs:
+        return {}
+    s = sorted(xs)
+    return {"p50": round(quantile(s, 0.5), 3), "p99": round(quantile(s, 0.99), 3), "max": s[-1]}
+
+
+def _refusals(peers: list[PeerRuntime]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in peers:
+        for reason, n in p.clients.refused.items():
+            out[reason] = out.get(reason, 0) + n
+    return out
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in sorted(after.items()) if v != before.get(k, 0)}
 
 
 def _reply_times(phase: Phase) -> list[float]:
@@ -582,6 +702,26 @@ def print_human(r: dict[str, Any], wall_s: float) -> None:
             f"  NOTE: offered {c['offered_rate_per_s']:g} events/s is above the sustained rate: "
             "the latency phase measured queueing; lower --rate for the unloaded latency"
         )
+    ov = r["overload_phase"]
+    lat = ov["latency_accepted"]
+    o = ov["oracle_accepted"]
+    print(
+        f"  overload phase ({'admission on' if ov['admission'] else 'no admission'}): "
+        f"{ov['events_offered']} events offered at {ov['offered_rate_per_s']}/s "
+        f"(sustained {ov['sustained_rate_per_s']}/s): {ov['accepted']} accepted, "
+        f"{ov['refused']} refused {ov['refused_by_reason']}"
+    )
+    if lat.get("n"):
+        print(
+            f"    accepted publish->delivery ms: p50 {lat['p50_ms']:.2f}  p99 {lat['p99_ms']:.2f}"
+            f"  max {lat['max_ms']:.2f}  (n={lat['n']})"
+        )
+    print(
+        f"    oracle (accepted): expected {o['expected']}, missed {o['missed']}, duplicates "
+        f"{o['duplicates']}, false positives {o['false_positives']}; dropped_out "
+        f"{ov['dropped_out']}, peers declared failed {ov['dht_peers_failed']}"
+    )
+    print(f"    loop lag s {ov['loop_lag_s']}; link backlog frames {ov['link_backlog_frames']}")
     tot = r["totals"]
     print(
         f"  totals: {tot['frames_out']} frames, {tot['bytes_out']} bytes; rejections "
@@ -612,6 +752,25 @@ def main() -> int:
     ap.add_argument("--wait-timeout", type=float, default=180.0, help="for a phase's deliveries")
     ap.add_argument("--idle-s", type=float, default=3.0, help="idle baseline window")
     ap.add_argument("--quiet-s", type=float, default=1.0, help="quiet spell after each phase")
+    ap.add_argument(
+        "--overload-events", type=int, default=3000, help="events of the overload phase"
+    )
+    ap.add_argument(
+        "--overload-factor", type=float, default=2.0, help="offered rate / sustained rate"
+    )
+    ap.add_argument(
+        "--overload-rate", type=float, default=0.0, help="offered events/s (0: use the factor)"
+    )
+    # All peers share one loop here, so every hop of an event waits out the same lag: the
+    # bound must be far below a lone peer's (Quotas.saturation_lag_s) to bound the sum.
+    ap.add_argument(
+        "--saturation-lag-s", type=float, default=0.02, help="event-loop lag refusing publishes"
+    )
+    ap.add_argument(
+        "--no-admission",
+        action="store_true",
+        help="lift the client quotas and saturation bounds (the peers before them)",
+    )
     args = ap.parse_args()
     if args.peers < 1 or args.subs < 1 or args.events < 1 or args.latency_events < 1:
         ap.error("--peers, --subs, --events and --latency-events must be positive")
@@ -631,13 +790,14 @@ def main() -> int:
 
     lat_phase = make_phase("latency", args.latency_events)
     thr_phase = make_phase("throughput", args.events)
+    ovl_phase = make_phase("overload", max(args.overload_events, 1))
     progress(
         f"workload ready: {args.subs} subs, oracle expects "
         f"{sum(map(len, lat_phase.want))} + {sum(map(len, thr_phase.want))} deliveries"
     )
 
     t = time.monotonic()
-    result = trio.run(bench, args, subs, lat_phase, thr_phase)
+    result = trio.run(bench, args, subs, lat_phase, thr_phase, ovl_phase)
     wall = time.monotonic() - t
     result["wall_s"] = round(wall, 3)
     if args.json:

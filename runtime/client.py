@@ -12,7 +12,9 @@
 
 A subscription's deliveries are an async iterator; it ends when the subscription is removed or
 the connection closes. Errors the peer reports (a bad expression, an unknown schema, a value out
-of its domain) raise ``RequestError`` with the peer's message.
+of its domain, a quota) raise ``RequestError`` with the peer's message; a publish refused for
+load (a publish rate, or the peer saturated) raises its subclass ``Overloaded``, which says how
+long to wait before trying again. Either way the event was not accepted: nothing of it is sent.
 """
 
 from __future__ import annotations
@@ -47,10 +49,21 @@ from rangecast.runtime.messages import (
 
 #: Deliveries buffered per subscription before the reader waits for the application.
 SUBSCRIPTION_BUFFER = 100_000
+#: How long ``publish`` keeps trying a publish the peer refuses for load, by default.
+BUSY_WAIT_S = 30.0
 
 
 class RequestError(RangecastError):
     """The peer refused a request (its reason is the message)."""
+
+
+class Overloaded(RequestError):
+    """A publish refused for load: the peer's publish rate for this connection or address,
+    or the peer is saturated. Nothing was published; trying after ``retry_after_s`` may work."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ConnectionLost(RangecastError):
@@ -156,16 +169,32 @@ class Client:
             sub._close()
 
     async def publish(
-        self, values: Mapping[str, float | int | None], schema: str = "thesis"
+        self,
+        values: Mapping[str, float | int | None],
+        schema: str = "thesis",
+        *,
+        busy_wait_s: float = BUSY_WAIT_S,
     ) -> int:
-        """Publish an event given by attribute name; returns its event id."""
+        """Publish an event given by attribute name; returns its event id.
+
+        A publish the peer refuses for load is tried again after the wait it names, for up to
+        ``busy_wait_s`` in all (backpressure: a publisher faster than the swarm is slowed to
+        its pace); then, or at once with ``busy_wait_s=0``, it raises ``Overloaded``."""
         clean: dict[str, float | None] = {}
         for k, v in values.items():
             if v is not None and not (isinstance(v, int | float) and math.isfinite(v)):
                 raise RequestError(f"{k}: value must be a finite number, got {v!r}")
             clean[str(k)] = None if v is None else float(v)
-        reply = await self._call(lambda req: PublishRequest(req, schema, clean))
-        assert isinstance(reply, PublishReply)
+        give_up = trio.current_time() + busy_wait_s
+        while True:
+            reply = await self._call(lambda req: PublishRequest(req, schema, clean))
+            assert isinstance(reply, PublishReply)
+            if not (reply.error and reply.retry_after_ms):
+                break
+            wait = reply.retry_after_ms / 1000.0
+            if trio.current_time() + wait > give_up:
+                raise Overloaded(reply.error, wait)
+            await trio.sleep(wait)
         if reply.error:
             raise RequestError(reply.error)
         return reply.eid
@@ -297,6 +326,7 @@ __all__ = [
     "ClientSubscription",
     "ConnectionLost",
     "Delivery",
+    "Overloaded",
     "RequestError",
     "connect",
 ]

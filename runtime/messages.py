@@ -90,9 +90,13 @@ class PublishRequest(Message, tag=135, frozen=True):
 
 
 class PublishReply(Message, tag=136, frozen=True):
+    """``eid`` of the accepted event, or ``error``; ``retry_after_ms`` > 0 says the refusal
+    is for load (a publish rate, or the peer saturated) and may succeed after that long."""
+
     req: U32
     eid: U63
     error: Text = ""
+    retry_after_ms: U32 = 0
 
 
 class StatusRequest(Message, tag=137, frozen=True):

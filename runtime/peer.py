@@ -79,6 +79,7 @@ from rangecast.runtime.guard import (
 from rangecast.runtime.identity import Identity, PeerAddress, StateDir, node_id_of
 from rangecast.runtime.kademlia_bridge import KademliaService
 from rangecast.runtime.messages import Authed, Hello, HelloReply, Sealed, SessionOpen
+from rangecast.runtime.quotas import DEFAULT_QUOTAS, ClientLedger, Quotas, remote_host
 from rangecast.runtime.service import ClientSession, Owner
 
 log = logging.getLogger("rangecast.peer")
@@ -136,6 +137,8 @@ class PeerConfig:
     tick_s: float = 0.5
     pause_s: float = 2.0
     drain_s: float = 1.0
+    #: What clients may cost and when publishes are refused (``runtime/quotas.py``).
+    quotas: Quotas = DEFAULT_QUOTAS
 
     def __post_init__(self) -> None:
         if self.dht not in DHTS:
@@ -157,7 +160,7 @@ TUNING_ENV = "RANGECAST_TEST_TUNING"
 #: Test-only: ``Type:n``, the n-th ``Type`` message (a DHT message class name such as ``Ping``)
 #: given to the core raises instead of being handled, to test the barrier (``_feed``).
 FAULT_ENV = "RANGECAST_TEST_FAULT"
-_TUNABLE_PARTS = ("pastry", "kademlia", "overlay")
+_TUNABLE_PARTS = ("pastry", "kademlia", "overlay", "quotas")
 
 
 def _coerce(name: str, old: object, text: str) -> object:
@@ -256,6 +259,8 @@ class TransportStats:
     connect_failures: int = 0
     #: Frames we could not send (destination unreachable, queue full, connection broke).
     dropped_out: int = 0
+    #: Of those, frames dropped because the destination's link queue was full.
+    dropped_queue_full: int = 0
 
 
 class PeerRuntime:
@@ -288,6 +293,7 @@ class PeerRuntime:
         self.rng = random.Random(seed)
         self.rejections = Rejections()
         self.transport = TransportStats()
+        self.clients = ClientLedger(cfg.quotas, self.rejections)
         self.address: PeerAddress | None = None
         self.core: OverlayPeer | None = None
         #: ``core.dht`` as the concrete node it is (the core only knows it as a ``DhtCore``).
@@ -383,6 +389,7 @@ class PeerRuntime:
             self._alive_at = trio.current_time()
             nursery.start_soon(self._timer_loop)
             nursery.start_soon(self._heartbeat)
+            nursery.start_soon(self.clients.probe_lag)
             log.info("peer %s listening on %s", self.identity.node_id.hex(), self.address.endpoint)
             await self._enter(contacts or [])
             if substrate(self.cfg.dht).kademlia_ids and self.cfg.kademlia_rpc:
@@ -568,6 +575,7 @@ class PeerRuntime:
             link.tx.send_nowait(body)
         except trio.WouldBlock:
             self.transport.dropped_out += 1
+            self.transport.dropped_queue_full += 1
 
     def _on_app_event(self, ev: Any) -> None:
         if isinstance(ev, EventDelivered):
@@ -632,6 +640,10 @@ class PeerRuntime:
                     self._pump()
             except LocalProtocolError:
                 return
+
+    def backlog(self) -> int:
+        """Frames queued on the outgoing links, not yet written (the admission's measure)."""
+        return sum(link.tx.statistics().current_buffer_used for link in self._links.values())
 
     def publish(self, schema: str, values: dict[str, float | None]) -> int:
         """Validate ``values`` against the schema and publish; returns the event id."""
@@ -876,6 +888,11 @@ class PeerRuntime:
     async def _serve_connection_inner(self, stream: trio.SocketStream) -> None:
         stats = self.transport
         stats.connections_in += 1
+        # Quotas per client address, and the idle and half-frame deadlines (runtime/quotas.py).
+        conn = self.clients.admit(remote_host(stream), trio.current_time())
+        if conn is None:
+            await _aclose_quietly(stream)
+            return
         reader = FrameReader()
         bucket = TokenBucket(self.cfg.rate_per_s, self.cfg.burst, trio.current_time())
         rate_limited = 0
@@ -884,6 +901,7 @@ class PeerRuntime:
         rej = self.rejections
         try:
             async with trio.open_nursery() as conn_nursery:
+                conn_nursery.cancel_scope.deadline = conn.deadline
                 async for data in stream:
                     stats.bytes_in += len(data)
                     try:
@@ -891,6 +909,7 @@ class PeerRuntime:
                     except FrameTooLarge:
                         rej.add("oversized frame")
                         break  # the stream cannot be resynchronised: close the connection
+                    conn.fed(trio.current_time(), len(frames), reader.buffered)
                     for f in frames:
                         stats.frames_in += 1
                         if not bucket.allow(trio.current_time()):
@@ -905,6 +924,7 @@ class PeerRuntime:
                         except WireError:
                             rej.add("malformed frame")
                             continue
+                        conn.greeted = True
                         # ``type(msg) is``: exact types, and what mypy narrows ``msg`` by.
                         if type(msg) is Authed:
                             if link is None:
@@ -922,6 +942,7 @@ class PeerRuntime:
                             accepted = self._gate.accept_session(msg, self.identity)
                             if accepted is not None:
                                 reply, link = accepted
+                                conn.became_link()
                                 await stream.send_all(frame(reply))
                             continue
                         if link is not None:
@@ -929,10 +950,13 @@ class PeerRuntime:
                             continue
                         # Anything else is the client API; the connection becomes a session.
                         if session is None:
-                            session = ClientSession(self, stream, self._wire)
+                            session = ClientSession(self, stream, self._wire, conn)
                             session.start(conn_nursery)
                         session.request(msg)
+                    conn_nursery.cancel_scope.deadline = conn.deadline
                 conn_nursery.cancel_scope.cancel()
+            if conn_nursery.cancel_scope.cancelled_caught and conn.deadline <= trio.current_time():
+                conn.expired()  # idle, or stuck in the middle of a frame: closed
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         except Exception as exc:
@@ -941,6 +965,7 @@ class PeerRuntime:
         finally:
             if session is not None:
                 session.closed()
+            conn.close()
             await _aclose_quietly(stream)
 
     def _on_authed(self, link: InSession, msg: Authed) -> bool:
@@ -1066,9 +1091,11 @@ class PeerRuntime:
                 "connects": self.transport.connects,
                 "connect_failures": self.transport.connect_failures,
                 "dropped_out": self.transport.dropped_out,
+                "dropped_queue_full": self.transport.dropped_queue_full,
                 "connections_open": self._open_in,
                 "refused_connections": self.refused_in,
             },
+            "clients": self.clients.status(self.backlog()),
             "internal_errors": self.internal_errors,
             "pauses": self.pauses,
             "save_failures": self.save_failures,

@@ -3,7 +3,10 @@
 A connection becomes a client session with its first client request. Requests are handled in
 arrival order from a table keyed by message type; replies and notifications go out through the
 session's own queue and writer task, so a slow client never blocks the peer: when its queue is
-full the session is closed (its subscriptions are removed) and the overflow counted.
+over its bounds (``Quotas.client_queue_frames`` and ``client_queue_bytes``), or a write to it has
+been stalled for ``Quotas.slow_reader_s``, its connection is closed, its subscriptions removed
+and the notifications thrown away counted. Each session's quotas (subscriptions, publish rate,
+the peer's saturation) are checked through its ``ClientConnection`` (``runtime/quotas.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from rangecast.runtime.messages import (
     SubscribeRequest,
     UnsubscribeRequest,
 )
+from rangecast.runtime.quotas import ClientConnection, Refusal
 
 
 class PeerApi(Protocol):
@@ -49,13 +53,11 @@ class PeerApi(Protocol):
     def forget(self, sid: int) -> None: ...
     def publish(self, schema: str, values: dict[str, float | None]) -> int: ...
     def status(self) -> dict[str, Any]: ...
+    def backlog(self) -> int: ...
     def subscription(self, sid: int) -> Subscription | None: ...
 
 
 log = logging.getLogger("rangecast.service")
-
-#: Frames queued for one client before it counts as too slow and is disconnected.
-CLIENT_QUEUE = 65536
 
 
 class Owner:
@@ -69,11 +71,23 @@ class Owner:
 
 
 class ClientSession(Owner):
-    def __init__(self, peer: PeerApi, stream: trio.SocketStream, wire: Codec) -> None:
-        """``wire``: the peer's ``wire_codec``, which the session's replies are encoded with."""
+    def __init__(
+        self, peer: PeerApi, stream: trio.SocketStream, wire: Codec, conn: ClientConnection
+    ) -> None:
+        """``wire``: the peer's ``wire_codec``, which the session's replies are encoded with;
+        ``conn``: the connection's quotas (the peer closes it when the connection ends)."""
         self.peer = peer
         self.stream = stream
-        self.tx, self.rx = trio.open_memory_channel[bytes](CLIENT_QUEUE)
+        self.conn = conn
+        quotas = conn.quotas
+        self.tx, self.rx = trio.open_memory_channel[bytes](quotas.client_queue_frames)
+        self._queued_bytes = 0
+        self._max_bytes = quotas.client_queue_bytes
+        self._stall_s = quotas.slow_reader_s
+        #: The connection's scope: cancelled to close a client that does not read.
+        self._scope: trio.CancelScope | None = None
+        #: sid -> the subscription as installed, for the quotas' accounting.
+        self._keys: dict[int, Subscription] = {}
         #: sid -> the request id awaiting its install acknowledgement (None once acknowledged).
         self.sids: dict[int, int | None] = {}
         self._unsubscribing: dict[int, int] = {}
@@ -83,6 +97,8 @@ class ClientSession(Owner):
         self._dead = False
 
     def start(self, nursery: trio.Nursery) -> None:
+        """Run the writer in ``nursery``, the connection's: cancelling it closes the client."""
+        self._scope = nursery.cancel_scope
         nursery.start_soon(self._writer)
 
     async def _writer(self) -> None:
@@ -96,19 +112,45 @@ class ClientSession(Owner):
                         batch.append(self.rx.receive_nowait())
                     except trio.WouldBlock:
                         break
-                await self.stream.send_all(b"".join(batch))
+                data = b"".join(batch)
+                # A client that stops reading blocks this write for good once the socket's
+                # buffers are full; it is closed after slow_reader_s instead of holding its
+                # queue and subscriptions forever.
+                with trio.move_on_after(self._stall_s):
+                    await self.stream.send_all(data)
+                    self._queued_bytes -= len(data)
+                    continue
+                self._too_slow()
+                return
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self._dead = True
 
     def _out(self, msg: Message) -> None:
         if self._dead:
+            if isinstance(msg, Notification):
+                self.conn.dropped(1)  # an accepted event this client no longer gets
+            return
+        data = frame(self._wire.encode(msg))
+        if self._queued_bytes + len(data) > self._max_bytes:
+            self._too_slow()
             return
         try:
-            self.tx.send_nowait(frame(self._wire.encode(msg)))
+            self.tx.send_nowait(data)
         except trio.WouldBlock:
-            self.peer.rejections.add("client too slow, disconnected")
-            self._dead = True
-            self.tx.close()
+            self._too_slow()
+            return
+        self._queued_bytes += len(data)
+
+    def _too_slow(self) -> None:
+        """Close the client: its connection's scope is cancelled, and the peer's connection
+        task then removes its subscriptions (``closed``), outside any core upcall."""
+        if self._dead:
+            return
+        self._dead = True
+        self.conn.slow_reader(self.tx.statistics().current_buffer_used)
+        self.tx.close()
+        if self._scope is not None:
+            self._scope.cancel()
 
     # ---------------------------------------------------------------------------- requests
 
@@ -126,10 +168,13 @@ class ClientSession(Owner):
         try:
             schema = self.peer.schemas.get(msg.schema)
             sub = parse_subscription(msg.expr, schema)
+            self.conn.check_subscribe(sub)
             sid = self.peer.subscribe(sub, self)
-        except (SchemaError, LocalProtocolError) as exc:
+        except (SchemaError, LocalProtocolError, Refusal) as exc:
             self._out(SubscribeReply(msg.req, 0, [], str(exc)))
             return
+        self.conn.subscribed(sub)
+        self._keys[sid] = sub
         self._attrs[schema.name] = [a.name for a in schema.attributes]
         self.sids[sid] = msg.req
         if sid in self._early:  # acknowledged before subscribe() returned
@@ -138,6 +183,7 @@ class ClientSession(Owner):
 
     def _unsubscribe(self, msg: UnsubscribeRequest) -> None:
         if msg.sid not in self.sids:
+            self.conn.not_owned()
             self._out(Done(msg.req, f"no subscription {msg.sid} on this connection"))
             return
         self._unsubscribing[msg.sid] = msg.req
@@ -148,6 +194,12 @@ class ClientSession(Owner):
             self._out(Done(msg.req, str(exc)))
 
     def _publish(self, msg: PublishRequest) -> None:
+        try:
+            self.conn.check_publish(trio.current_time(), self.peer.backlog())
+        except Refusal as exc:
+            wait_ms = min(max(round(exc.retry_after_s * 1000), 1), 0xFFFFFFFF)
+            self._out(PublishReply(msg.req, 0, str(exc), wait_ms))
+            return
         try:
             eid = self.peer.publish(msg.schema, dict(msg.values))
         except (SchemaError, LocalProtocolError) as exc:
@@ -174,6 +226,9 @@ class ClientSession(Owner):
 
     def removed(self, sid: int) -> None:
         self.sids.pop(sid, None)
+        sub = self._keys.pop(sid, None)
+        if sub is not None:
+            self.conn.unsubscribed(sub)
         req = self._unsubscribing.pop(sid, None)
         if req is not None:
             self._out(Done(req))
@@ -188,6 +243,8 @@ class ClientSession(Owner):
         for sid in list(self.sids):
             self.peer.forget(sid)
         self.sids.clear()
+        self._keys.clear()
+        self.conn.close()
 
 
 _HANDLERS: dict[type[Message], Callable[[ClientSession, Any], None]] = {

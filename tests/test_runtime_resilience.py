@@ -238,6 +238,9 @@ def test_a_ping_naming_an_address_that_accepts_and_closes_kills_no_peer(swarm_fa
 # ------------------------------------------------------------------------------- item 16
 
 NOFILE = 256
+#: The crowd comes from one address, standing for many: lift the per-address quota (which
+#: would otherwise refuse it long before the descriptors run out) for the crowded peer.
+CROWD_ENV = {0: {"RANGECAST_TEST_TUNING": "quotas.connections_per_address=100000"}}
 
 
 async def _crowd(swarm: Swarm, port: int, n: int, hold_s: float) -> dict[str, Any]:
@@ -276,7 +279,7 @@ def test_idle_connections_up_to_the_descriptor_limit_are_refused_not_fatal(
 ) -> None:
     """Twice as many idle connections as the peer has descriptors: the excess is refused and
     counted, the old client connection still gets its status, and the peer serves on."""
-    swarm = swarm_factory(3, nofile=NOFILE)
+    swarm = swarm_factory(3, nofile=NOFILE, env=CROWD_ENV)
     during, oracle, after = _descriptor_run(swarm, hold_s=1.0)
     assert swarm.alive() == [True] * 3, swarm.log(0)[-3000:]
     assert during["transport"]["refused_connections"] > 0
@@ -287,7 +290,7 @@ def test_idle_connections_up_to_the_descriptor_limit_are_refused_not_fatal(
 @pytest.mark.slow
 def test_descriptor_exhaustion_across_a_state_save(swarm_factory) -> None:  # type: ignore[no-untyped-def]
     """The crowd stays past the 30 s state save (which used to end the process)."""
-    swarm = swarm_factory(3, nofile=NOFILE)
+    swarm = swarm_factory(3, nofile=NOFILE, env=CROWD_ENV)
     during, oracle, _ = _descriptor_run(swarm, hold_s=35.0)
     assert swarm.alive() == [True] * 3, swarm.log(0)[-3000:]
     assert during["transport"]["refused_connections"] > 0
