@@ -34,7 +34,10 @@ from matplotlib.collections import PolyCollection
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter, PercentFormatter
 
-COLOURS = ("#1f4e9c", "#c0392b", "#2e8b57", "#8e44ad", "#d68910", "#34495e")
+COLOURS = ("#1f4e9c", "#c0392b", "#2e8b57", "#8e44ad", "#d68910", "#34495e", "#17a2b8", "#e84393")
+#: Dash patterns cycled beside the colours on the many-line figures (the systems comparison),
+#: so runs whose curves coincide (SIENA, PADRES, POP and GRAPE often do) stay tellable apart.
+DASHES = ("-", "--", "-.", ":")
 THESIS = "#222222"
 DPI = 110
 FIG_W = 10.0
@@ -304,6 +307,8 @@ def rank(
         xs = list(range(1, len(ys) + 1))
         peak = max([peak, *ys])
         style: dict[str, Any] = dict(marker="o", ms=2.5) if top and top <= 150 else {}
+        if len(series) > 2:
+            style["ls"] = DASHES[k % len(DASHES)]
         ax.plot(xs, ys, color=COLOURS[k % len(COLOURS)], lw=1.4, label=label, **style)
     for label, r, value, colour in published:
         ax.plot([r], [value], "D", color=colour, mfc="none", ms=9, label=label)
@@ -327,7 +332,15 @@ def cdfs(path: Path, title: str, xlabel: str, series: Sequence[Dist]) -> Drawn:
     fig, ax = plt.subplots(figsize=(FIG_W, 4.6), layout="constrained")
     for k, d in enumerate(series):
         xs, ys = d.cdf()
-        ax.step(xs, ys, where="post", color=COLOURS[k % len(COLOURS)], lw=1.4, label=d.label)
+        ax.step(
+            xs,
+            ys,
+            where="post",
+            color=COLOURS[k % len(COLOURS)],
+            ls=DASHES[k % len(DASHES)],
+            lw=1.6,
+            label=d.label,
+        )
     ax.set_xlabel(xlabel)
     ax.set_ylabel("share at or below")
     ax.yaxis.set_major_formatter(PercentFormatter(100))
