@@ -261,6 +261,19 @@ def zone_index(zones: Sequence[Box], values: Sequence[float | None]) -> int:
     raise LocalProtocolError(f"no zone holds {tuple(values)}")
 
 
+def _placed(schema: Schema, values: Sequence[float | None]) -> Sequence[float | None]:
+    """Where an event lies in the zones: itself, or, missing attributes, at their lowest value.
+
+    Zones partition complete events only (a cut splits an attribute's values; an event without
+    the attribute is on neither side). Our reading for partial events (the paper has none): route
+    one missing an attribute as if it had the attribute's lowest value. That zone's pieces of
+    every subscription leaving the attribute free keep it free (``_proxy``), so they accept the
+    event, and a subscription constraining it rejects it (the strict rule) wherever it lies."""
+    if None not in values:
+        return values
+    return tuple(a.min if v is None else v for a, v in zip(schema.attributes, values, strict=True))
+
+
 # ------------------------------------------------------------------------------------ layout
 @dataclass(slots=True)
 class KyraLayout:
@@ -274,6 +287,10 @@ class KyraLayout:
     tree_zones: list[Box]
     members: list[list[int]]
     covering: bool = False
+    #: The attributes events may miss (bit i for attribute i: a CSV source's gaps): their free
+    #: pieces keep accepting a missing value (``_placed``). 0 for complete events, whose pieces
+    #: are the plain clips (covering between them is tighter).
+    may_miss: int = 0
 
     def configs(self) -> dict[int, RoutingConfig]:
         """The clique overlay carries only the strategy's unicasts; the trees run SIENA."""
@@ -291,6 +308,7 @@ def build(
     tree_zones: Sequence[Box],
     rtt: RttLike,
     covering: bool = False,
+    may_miss: int = 0,
 ) -> KyraLayout:
     """The clique meshes and, per tree zone, the latency MST over the servers whose zone
     overlaps it (members in clique order)."""
@@ -303,7 +321,14 @@ def build(
     overlays = [g.overlay("clique", "clique")]
     overlays += [g.overlay(f"tree:{t}", f"tree:{t}") for t in range(len(tree_zones))]
     return KyraLayout(
-        g, overlays, [list(c) for c in cliques], dict(zone), list(tree_zones), members, covering
+        g,
+        overlays,
+        [list(c) for c in cliques],
+        dict(zone),
+        list(tree_zones),
+        members,
+        covering,
+        may_miss,
     )
 
 
@@ -355,11 +380,12 @@ class KyraStrategy(Strategy):
                     broker.send(p, Control(CLIQUE, OP_UNMOVE, sid), now)
 
     def publish(self, broker: Broker, values: Sequence[float | None], now: float) -> int:
-        if len(values) != len(broker.schema) or any(v is None for v in values):
-            raise LocalProtocolError(f"Kyra routes complete events, got {tuple(values)}")
+        if len(values) != len(broker.schema):
+            raise LocalProtocolError(f"event of {len(values)} values for {broker.schema.name!r}")
         eid = broker.new_id()
         msg = Publish(CLIQUE, eid, list(values))
-        owner = next(p for p, z in self.peers if matches(z, values))
+        at = _placed(broker.schema, values)
+        owner = next(p for p, z in self.peers if matches(z, at))
         if owner == broker.id:
             self._zone_route(broker, msg, now)
         else:
@@ -370,7 +396,7 @@ class KyraStrategy(Strategy):
 
     def on_receive(self, broker: Broker, msg: Message, src: int, now: float) -> bool:
         if type(msg) is Publish and msg.overlay == CLIQUE and not msg.hdr:
-            if not matches(self.zone, msg.values):
+            if not matches(self.zone, _placed(broker.schema, msg.values)):
                 raise RemoteProtocolError(f"event {msg.values} is outside {broker.id}'s zone")
             self._zone_route(broker, msg, now)
             return False
@@ -400,7 +426,7 @@ class KyraStrategy(Strategy):
     # -- internals ----------------------------------------------------------------------------
 
     def _zone_route(self, broker: Broker, msg: Publish, now: float) -> None:
-        t = zone_index(self._layout.tree_zones, msg.values)
+        t = zone_index(self._layout.tree_zones, _placed(broker.schema, msg.values))
         broker.route_pub(1 + t, Publish(1 + t, msg.eid, msg.values), LOCAL, now)
 
     def _proxy(self, broker: Broker, sid: int, origin: int, box: Box, now: float) -> None:
@@ -412,6 +438,12 @@ class KyraStrategy(Strategy):
         for t in self.trees:
             clip = intersect(part, self._layout.tree_zones[t])
             if clip is not None:
+                keep = box.free & self._layout.may_miss & ~clip.free
+                if keep:
+                    # The subscription's free attributes that events may miss stay free in
+                    # its pieces, so that a piece accepts an event missing them (placed by
+                    # ``_placed``); a complete event on this tree is inside the zone anyway.
+                    clip = Box(clip.dims, clip.free | keep)
                 tsid = broker.subscribe(clip, now, 1 + t)
                 self.origin_of[tsid] = origin
                 held.append((1 + t, tsid))

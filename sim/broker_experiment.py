@@ -57,6 +57,13 @@ from rangecast.pubsub.schema import THESIS_SCHEMA
 from rangecast.pubsub.subscription import Range, Subscription
 from rangecast.sim import runlog
 from rangecast.sim.broker_network import BrokerNetwork
+from rangecast.sim.event_source import (
+    EventSource,
+    check_csv_params,
+    columns_param,
+    events_from_param,
+    missing_param,
+)
 from rangecast.sim.options import non_negative_float, positive_float
 from rangecast.sim.percentiles import ordered_sum, percentile
 from rangecast.sim.scenario import (
@@ -151,6 +158,9 @@ class BrokerParams:
         "instead of one tree: OctopiA's comparator",
         style="on-off",
     )
+    events_from: str | None = events_from_param()
+    missing: float | str | None = missing_param()
+    columns: str | None = columns_param()
     workload: str = param(
         "thesis",
         "thesis: the thesis workload (full-domain ads); burst: OctopiA's burst run "
@@ -200,6 +210,9 @@ class BrokerParams:
             raise LocalProtocolError("--sub-brokers is 0 (all) or in [1, --nodes]")
         if not 0 <= self.warmup < 1:
             raise LocalProtocolError("--warmup must be in [0, 1)")
+        check_csv_params(self)
+        if self.events_from is not None and self.workload != "thesis":
+            raise LocalProtocolError("--events-from needs --workload thesis")
         if self.cyclic and (self.system != "padres" or self.covering):
             raise LocalProtocolError("--cyclic on is PADRES' tree-ID routing: needs --covering off")
 
@@ -253,10 +266,15 @@ class Plan:
 
 
 def plan(seed: int, nodes: int, subs_per_node: float, events: int,
-         sub_gap_ms: float = 2000.0, pub_gap_ms: float = 1000.0) -> Plan:  # fmt: skip
+         sub_gap_ms: float = 2000.0, pub_gap_ms: float = 1000.0,
+         source: EventSource | None = None) -> Plan:  # fmt: skip
     """The draws of ``sim run thesis`` (sim.thesis_experiment), stream by stream and in the
-    same order, so both see the same subscriptions, events and publishers."""
-    gen = Workload(THESIS_SCHEMA, THESIS_WORKLOAD, stream(seed, "workload-layout"))
+    same order, so both see the same subscriptions, events and publishers. ``source``: the
+    events' source (a CSV file's, loaded on the ``workload-layout`` stream of ``seed``); None,
+    the thesis workload."""
+    if source is None:
+        source = EventSource.load(_NO_CSV, stream(seed, "workload-layout"))
+    gen = source.gen
     sub_rng = stream(seed, "subscriptions")
     t = 0.0
     subs = []
@@ -265,12 +283,22 @@ def plan(seed: int, nodes: int, subs_per_node: float, events: int,
         i = sub_rng.randrange(nodes)
         subs.append((t, i, gen.subscription(sub_rng)))
     pub_rng = stream(seed, "events")
-    values = [gen.event(pub_rng) for _ in range(events)]
+    values = source.events(events, pub_rng)
     pubs = []
     for _ in range(events):
         gap = pub_rng.expovariate(1000.0 / pub_gap_ms)
         pubs.append((gap, pub_rng.randrange(nodes)))
     return Plan(subs, values, pubs, gen)
+
+
+@dataclass(frozen=True, slots=True)
+class _NoCsv:
+    events_from: str | None = None
+    missing: float | str | None = None
+    columns: str | None = None
+
+
+_NO_CSV = _NoCsv()
 
 
 def _symbols(publishers: int) -> list[tuple[float, float]]:
@@ -616,7 +644,9 @@ class _Kyra(_System):
             subs = [bx for v in c for bx in boxes.get(v, ())]
             zs = kyra.aligned_partition(self.schema, cuts, len(c), sample, subs)
             zone.update(zip(c, zs, strict=True))
-        self.lay = kyra.build(cliques, zone, tree_zones, self.rtt, p.covering)
+        self.lay = kyra.build(
+            cliques, zone, tree_zones, self.rtt, p.covering, may_miss=self.sc.may_miss
+        )
         self.configs = self.lay.configs()
         sizes = [len(c) for c in cliques]
         self.layout.update(
@@ -797,10 +827,19 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         self.system = _SYSTEMS[p.system](self)
         brokers = self.system.brokers()
         if p.workload == "thesis":
-            self.plan = plan(p.seed, p.nodes, p.subs_per_node, p.events, p.sub_gap_ms, p.pub_gap_ms)
+            source = EventSource.load(p, self.stream("workload-layout"), say=self.say)
+            self.plan = plan(
+                p.seed, p.nodes, p.subs_per_node, p.events, p.sub_gap_ms, p.pub_gap_ms, source
+            )
         else:
             self.plan = paper_plan(p, brokers)
-        self.boxes = {id(s): Box.from_subscription(s, THESIS_SCHEMA) for _, _, s in self.plan.subs}
+        self.schema = schema = self.plan.gen.schema
+        self.system.schema = schema
+        #: The attributes some event misses (bit i for attribute i; Kyra's pieces keep them free).
+        self.may_miss = sum(
+            1 << i for i in range(len(schema)) if any(e[i] is None for e in self.plan.events)
+        )
+        self.boxes = {id(s): Box.from_subscription(s, schema) for _, _, s in self.plan.subs}
         self.bnet.place(brokers)
         self.system.build(brokers)
         self.bnet.start(self.system.make)
@@ -820,7 +859,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         for i in publishers:
             net.attach(n + i, i)
         self.ad_of: dict[int, int] = {}
-        whole = Box.whole(THESIS_SCHEMA)
+        whole = Box.whole(self.schema)
         if system.ads:
             for i in publishers:
                 box = pl.ads.get(i, whole)
@@ -855,7 +894,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         self.phases["install"] = time.perf_counter() - mark
 
         mark = time.perf_counter()
-        self.oracle = MatchOracle(THESIS_SCHEMA, [s for _, _, s in pl.subs])
+        self.oracle = MatchOracle(self.schema, [s for _, _, s in pl.subs])
         self.published: list[float] = []
         self.event_of: dict[int, int] = {}
         #: The steady window's first event, and the counters when it is published.

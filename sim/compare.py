@@ -75,6 +75,8 @@ class Comparison:
     seed: int
     latency: str
     rows: list[Row] = field(default_factory=list)
+    #: The CSV file whose rows every system published (``--events-from``), or None.
+    events_from: str | None = None
 
     def succeeded(self) -> bool:
         return all(r.ok() for r in self.rows)
@@ -86,6 +88,7 @@ class Comparison:
             "events": self.events,
             "seed": self.seed,
             "latency": self.latency,
+            "events_from": self.events_from,
             "rows": [asdict(r) for r in self.rows],
         }
 
@@ -98,7 +101,8 @@ class Comparison:
         )
         lines = [
             f"{self.nodes} nodes, {round(self.nodes * self.subs_per_node):,} subscriptions, "
-            f"{self.events:,} events, seed {self.seed}, latency {self.latency}",
+            f"{self.events:,} events, seed {self.seed}, latency {self.latency}"
+            + (f", events from {self.events_from}" if self.events_from else ""),
             "",
             head,
             "|" + "---|" * 11,
@@ -216,11 +220,15 @@ def compare(
     progress: Callable[[str], Callable[[str], None] | None] | None = None,
     out_dir: Path | str | None = None,
     force: bool = False,
+    events_from: str | None = None,
+    missing: float | str | None = None,
+    columns: str | None = None,
 ) -> Comparison:
     """Run ``systems`` (in the order given) on one workload; ``progress(system)`` gives each
     run's progress callback. ``out_dir``: each system's run log in ``out_dir/<system>/`` and
     the table in ``out_dir/compare.json`` (written last: its presence means all finished);
-    ``force`` replaces an earlier comparison there."""
+    ``force`` replaces an earlier comparison there. ``events_from`` (with ``missing`` and
+    ``columns``, as ``sim run thesis``'s): every system publishes the rows of that CSV file."""
     unknown = [s for s in systems if s not in ALL_SYSTEMS]
     if unknown or not systems:
         raise LocalProtocolError(
@@ -228,20 +236,34 @@ def compare(
         )
     order = list(dict.fromkeys(systems))
     base = _prepare(Path(out_dir), order, force) if out_dir is not None else None
-    out = Comparison(nodes, subs_per_node, events, seed, latency)
+    out = Comparison(nodes, subs_per_node, events, seed, latency, events_from=events_from)
     for system in order:
         say = progress(system) if progress is not None else None
         log = base / system if base is not None else None
         if system == "thesis":
             sc = _MeasuredThesis()
             tp = ThesisParams(
-                nodes=nodes, subs_per_node=subs_per_node, events=events, seed=seed, latency=latency
+                nodes=nodes,
+                subs_per_node=subs_per_node,
+                events=events,
+                seed=seed,
+                latency=latency,
+                events_from=events_from,
+                missing=missing,
+                columns=columns,
             )
             out.rows.append(_thesis_row(sc, sc.run(tp, say, log, force=force)))
         else:
             scenario = BY_SYSTEM[system]
             bp = scenario.params_type(
-                nodes=nodes, subs_per_node=subs_per_node, events=events, seed=seed, latency=latency
+                nodes=nodes,
+                subs_per_node=subs_per_node,
+                events=events,
+                seed=seed,
+                latency=latency,
+                events_from=events_from,
+                missing=missing,
+                columns=columns,
             )
             assert isinstance(bp, BrokerParams)
             out.rows.append(_broker_row(scenario().run(bp, say, log, force=force)))

@@ -42,12 +42,19 @@ from rangecast.pubsub.node import (
     PieceStored,
     SubscriptionInstalled,
 )
-from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
+from rangecast.pubsub.schema import SchemaRegistry
 from rangecast.pubsub.subscription import Subscription
 from rangecast.sim import runlog
 from rangecast.sim.engine import Simulator
+from rangecast.sim.event_source import (
+    EventSource,
+    check_csv_params,
+    columns_param,
+    events_from_param,
+    missing_param,
+)
 from rangecast.sim.network import DhtConfig, dht_config
-from rangecast.sim.options import missing_value, positive_float
+from rangecast.sim.options import positive_float
 from rangecast.sim.percentiles import ordered_sum, percentile
 from rangecast.sim.pubsub_scenario import MatchOracle, PubSubScenario
 from rangecast.sim.scenario import (
@@ -63,7 +70,6 @@ from rangecast.sim.scenario import (
     param,
     substrate_title,
 )
-from rangecast.sim.workload import THESIS_WORKLOAD, CsvEvents, Workload, default_params
 
 INSTALL_KINDS = ("ProbeSub", "InstallAck", "LeafUpdate", "TransferSub")
 PROBE_KINDS = ("ProbePub", "ProbePubMulticast")
@@ -82,26 +88,9 @@ class ThesisParams(OnDht):
         "rule for events that lack an attribute a subscription constrains",
         choices=("strict", "lenient"),
     )
-    events_from: str | None = param(
-        None, "publish the rows of a CSV file instead of generated events", metavar="CSV"
-    )
-    #: A CSV cell marking an absent value: a number (``-200``) or a word (``NA``).
-    missing: float | str | None = param(
-        None,
-        "a CSV cell marking an absent value: a number (-200) or a word (NA); empty cells are "
-        "always absent",
-        type=missing_value,
-        metavar="VALUE",
-    )
-    #: Which CSV columns to publish and under what attribute names: ``"temp C=temp,RH"``
-    #: (docs/simulator.md); None: every numeric column, names made valid.
-    columns: str | None = param(
-        None,
-        "publish only these CSV columns, in this order, optionally under another attribute "
-        "name ('temp C=temp,RH'); by default every numeric column, names made valid "
-        "('temp C' -> temp_C, '0' -> _0)",
-        metavar="COL[=NAME],...",
-    )
+    events_from: str | None = events_from_param()
+    missing: float | str | None = missing_param()
+    columns: str | None = columns_param()
     latency: str = param("synthetic", LATENCY_HELP)
     capacity: tuple[int, int] = (10, 30)
     sub_gap_ms: float = 2000.0
@@ -136,10 +125,7 @@ class ThesisParams(OnDht):
             raise LocalProtocolError("capacity range must satisfy 1 <= low <= high")
         if self.sub_gap_ms <= 0 or self.pub_gap_ms <= 0:
             raise LocalProtocolError("inter-arrival times must be positive")
-        if self.missing is not None and self.events_from is None:
-            raise LocalProtocolError("--missing needs --events-from")
-        if self.columns is not None and self.events_from is None:
-            raise LocalProtocolError("--columns needs --events-from")
+        check_csv_params(self)
 
 
 #: The setting of the thesis' own run (Chapter 4, Tables 4.1-4.3), the only one its figures
@@ -577,19 +563,10 @@ class Thesis(PubSubScenario[ThesisParams, ThesisResult]):
 
     def setup(self) -> None:
         params, say = self.params, self.say
-        self.csv: CsvEvents | None = None
-        layout = self.stream("workload-layout")
-        if params.events_from:
-            self.csv = csv = CsvEvents.load(
-                params.events_from, missing=params.missing, columns=params.columns
-            )
-            for note in csv.notes():
-                say(note)
-            self.schema = csv.schema.with_partial(params.partial)
-            self.workload_gen = Workload(self.schema, default_params(self.schema), layout)
-        else:
-            self.schema = THESIS_SCHEMA.with_partial(params.partial)
-            self.workload_gen = Workload(self.schema, THESIS_WORKLOAD, layout)
+        self.source = source = EventSource.load(
+            params, self.stream("workload-layout"), partial=params.partial, say=say
+        )
+        self.csv, self.schema, self.workload_gen = source.csv, source.schema, source.gen
         # The thesis' evaluation has no churn, so no replication (its cost is measured by the
         # churn experiment instead, which switches failure detection on).
         self.overlay_cfg = replace(params.overlay, load_balancing=params.lb, replicas=1)
@@ -667,11 +644,7 @@ class Thesis(PubSubScenario[ThesisParams, ThesisResult]):
         schema = self.schema
         self.oracle = oracle = MatchOracle(schema, subs)
         pub_rng = self.stream("events")
-        if self.csv is not None:
-            self.event_values = event_values = self.csv.events[: params.events]
-        else:
-            gen = self.workload_gen
-            self.event_values = event_values = [gen.event(pub_rng) for _ in range(params.events)]
+        self.event_values = event_values = self.source.events(params.events, pub_rng)
         self.published = published = dict[int, float]()
         self.publisher = publisher = dict[int, int]()
 
