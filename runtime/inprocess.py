@@ -50,7 +50,7 @@ async def start_local_swarm(
     peers: list[PeerRuntime] = []
     for i in range(n):
         peer = PeerRuntime(
-            Identity.generate(),
+            Identity.generate(cfg.id_difficulty),
             schemas or builtin_schemas(),
             _seeded(cfg, seed * 1_000_003 + i),
         )
