@@ -66,6 +66,11 @@ def _grind(hit: Callable[[int], bool], difficulty: int, cap: int) -> tuple[int, 
     return cap, time.perf_counter() - t0, False
 
 
+def _capped_mean(p: float, cap: int) -> float:
+    """Mean keys of a search that succeeds with probability ``p`` per key, stopped at ``cap``."""
+    return float(cap) if p <= 0.0 else (1.0 - (1.0 - p) ** cap) / p
+
+
 def key_rate(seconds: float) -> float:
     """Keys (pair, id, puzzle check) per second on this core."""
     n, t0 = 0, time.perf_counter()
@@ -120,8 +125,9 @@ def measured(n: int, difficulty: int, trials: int, cap: int, rng: random.Random)
     """Both goals ground for real in ``trials`` random swarms of ``n`` peers."""
     take: list[tuple[int, float, bool]] = []
     leaf: list[tuple[int, float, bool]] = []
-    # Per trial, the keys expected given the region this swarm left open (2^d / its share of
-    # the ring): the sums compare measured and expected without the gaps' luck.
+    # Per trial, the keys expected given the region this swarm left open and the cap (a key
+    # succeeds with p = its share of the ring / 2^d; E[min(T, cap)] = (1 - (1 - p)^cap) / p):
+    # the sums compare measured and expected without the gaps' luck.
     take_expected = 0.0
     leaf_expected = 0.0
     half = LEAF_SET // 2
@@ -130,7 +136,7 @@ def measured(n: int, difficulty: int, trials: int, cap: int, rng: random.Random)
         target = rng.getrandbits(160)
         nearest = min(_dist(target, i) for i in ids)
         take.append(_grind(lambda x, t=target, m=nearest: _dist(t, x) < m, difficulty, cap))
-        take_expected += 2**difficulty * RING / (2 * nearest)
+        take_expected += _capped_mean(2 * nearest / RING / 2**difficulty, cap)
         # The victim's leaf set: the 8 nearest on each side; a new id enters it if it is
         # nearer (on its side) than the 8th.
         victim = rng.choice(ids)
@@ -138,7 +144,7 @@ def measured(n: int, difficulty: int, trials: int, cap: int, rng: random.Random)
         cw_edge = cw[half - 1] if len(cw) >= half else RING
         ccw = sorted((victim - i) % RING for i in ids if i != victim)
         ccw_edge = ccw[half - 1] if len(ccw) >= half else RING
-        leaf_expected += 2**difficulty * RING / (cw_edge + ccw_edge)
+        leaf_expected += _capped_mean((cw_edge + ccw_edge) / RING / 2**difficulty, cap)
         leaf.append(
             _grind(
                 lambda x, v=victim, a=cw_edge, b=ccw_edge: (x - v) % RING < a or (v - x) % RING < b,
