@@ -30,6 +30,7 @@ from rangecast.runtime.guard import (
     wire_codec,
 )
 from rangecast.runtime.identity import (
+    DEFAULT_ID_DIFFICULTY,
     KEY_FILE,
     MAX_ID_DIFFICULTY,
     Identity,
@@ -254,3 +255,15 @@ def test_a_live_peer_refuses_and_counts_weak_keys_both_ways_and_keeps_serving() 
     assert isinstance(status, dict)
     assert status["rejected"]["runtime"] == {ID_PUZZLE: 2}
     assert status["internal_errors"] == 0
+
+
+def test_the_command_line_sets_the_difficulty_and_refuses_a_bad_one() -> None:
+    from rangecast.cli.main import build_parser, main
+
+    parser = build_parser()
+    start = parser.parse_args(["peer", "start"])
+    up = parser.parse_args(["swarm", "up", "-n", "2", "--dir", "x"])
+    assert start.id_difficulty == up.id_difficulty == DEFAULT_ID_DIFFICULTY
+    assert parser.parse_args(["peer", "start", "--id-difficulty", "0"]).id_difficulty == 0
+    # Refused before any key is ground or port bound.
+    assert main(["peer", "start", "--id-difficulty", str(MAX_ID_DIFFICULTY + 1)]) == 2
