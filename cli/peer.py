@@ -20,7 +20,13 @@ from rangecast.dht.errors import LocalProtocolError, RangecastError
 from rangecast.dht.substrate import SUBSTRATES
 from rangecast.pubsub.node import OverlayConfig
 from rangecast.pubsub.schema import Schema, SchemaRegistry, builtin_schemas
-from rangecast.runtime.identity import Identity, StateDir, parse_endpoint
+from rangecast.runtime.identity import (
+    DEFAULT_ID_DIFFICULTY,
+    Identity,
+    StateDir,
+    check_difficulty,
+    parse_endpoint,
+)
 
 log = logging.getLogger("rangecast.cli")
 
@@ -78,7 +84,7 @@ def _peer_start(args: argparse.Namespace) -> int:
     state = StateDir(args.state) if args.state else None
     if state is not None:
         try:
-            identity, created = state.load_identity()
+            identity, created = state.load_identity(check_difficulty(args.id_difficulty))
             saved = state.read()
             epoch = state.next_epoch()
         except OSError as exc:
@@ -96,7 +102,7 @@ def _peer_start(args: argparse.Namespace) -> int:
             args.state,
         )
     else:
-        identity, saved, epoch = Identity.generate(), {}, None
+        identity, saved, epoch = Identity.generate(check_difficulty(args.id_difficulty)), {}, None
         log.info("no --state: a fresh identity %s, forgotten on exit", identity.node_id.hex())
     listen = args.listen
     if listen is None:
@@ -137,6 +143,7 @@ def _peer_start(args: argparse.Namespace) -> int:
         # Remembered peers may all be gone for a while (a whole swarm restarting): keep trying.
         join_retry_max_s=30.0 if remembered else 0.0,
         alone_if_unreachable=args.alone_if_unreachable,
+        id_difficulty=args.id_difficulty,
     )
     peer = PeerRuntime(identity, schemas, config, state=state, epoch=epoch)
 
@@ -435,6 +442,14 @@ def add_runtime_parsers(top: Any) -> None:
     add_dht_options(start, dht=None, peer=True)
     start.add_argument(
         "--capacity", type=int, default=100, help="subscriptions a tree leaf holds before it splits"
+    )
+    start.add_argument(
+        "--id-difficulty",
+        type=int,
+        default=DEFAULT_ID_DIFFICULTY,
+        metavar="BITS",
+        help="id puzzle: leading zero bits a key must have; a new key is ground to it, and "
+        "peers whose keys fall short are refused (0: off; every peer of a swarm should agree)",
     )
     start.add_argument("--probe", choices=("unicast", "multicast"), default="unicast")
     start.add_argument("--delivery", choices=("unicast", "multicast", "lbdd"), default="unicast")

@@ -25,6 +25,7 @@ def _up(args: argparse.Namespace) -> int:
             dht=args.dht,
             lookup=args.lookup,
             root_cache=args.root_cache,
+            id_difficulty=args.id_difficulty,
             timeout=args.timeout,
             quiet=args.quiet,
         )
@@ -58,6 +59,10 @@ def add_swarm_parser(top: Any) -> None:
     cap_help = "leaf capacity before a split"
     up.add_argument("--capacity", type=int, default=spec.capacity, help=cap_help)
     add_dht_options(up, dht=spec.dht, root_cache=spec.root_cache, peer=True)
+    puzzle_help = "id puzzle: leading zero bits every peer's key must have (0: off)"
+    up.add_argument(
+        "--id-difficulty", type=int, default=spec.id_difficulty, metavar="BITS", help=puzzle_help
+    )
     wait_help = "seconds to wait for the swarm to be ready"
     up.add_argument("--timeout", type=float, default=spec.timeout, help=wait_help)
     up.add_argument("--quiet", action="store_true", help="no progress on stderr")

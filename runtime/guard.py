@@ -38,13 +38,16 @@ from rangecast.dht.messages import (
     RowRequest,
 )
 from rangecast.dht.wire import MAX_FRAME_BYTES, Codec, Message, MessageTable, codec_for
-from rangecast.runtime.identity import Identity, PeerAddress
+from rangecast.runtime.identity import Identity, PeerAddress, meets_puzzle
 from rangecast.runtime.messages import RUNTIME_TABLE, Authed, Sealed, SessionAccept, SessionOpen
 
 #: Largest frame on a connection: a core frame at the codec's limit plus the envelope.
 MAX_WIRE_FRAME = MAX_FRAME_BYTES + 1024
 LENGTH_BYTES = 4
 _DOMAIN = b"rangecast/sealed/1\x00"
+#: The reason counted (``rejected.runtime``) for a peer whose key does not solve the id puzzle
+#: at the receiver's own difficulty.
+ID_PUZZLE = "id puzzle not solved"
 
 
 class FrameTooLarge(Exception):
@@ -240,6 +243,7 @@ class Gate:
         "addr",
         "burst",
         "core_types",
+        "id_difficulty",
         "rate",
         "rejections",
         "replay",
@@ -254,8 +258,11 @@ class Gate:
         wire: Codec,
         rate_per_s: float = 20_000.0,
         burst: float = 40_000.0,
+        id_difficulty: int = 0,
     ):
         self.addr = addr
+        #: The id puzzle's difficulty this peer asks of every sender (``PeerConfig``'s).
+        self.id_difficulty = id_difficulty
         self.rejections = rejections
         self.replay = replay or ReplayWindow()
         self.rate = rate_per_s
@@ -281,6 +288,10 @@ class Gate:
             return None
         if src.node_id != hashlib.sha1(env.key, usedforsecurity=False).digest():
             rej.add("id does not match key")
+            return None
+        # One hash, before the signature: a key below the puzzle costs us nearly nothing.
+        if not meets_puzzle(src.node_id, self.id_difficulty):
+            rej.add(ID_PUZZLE)
             return None
         if not self._verify(env):
             rej.add("bad signature")
@@ -347,6 +358,9 @@ class Gate:
             return None
         if src.node_id != hashlib.sha1(msg.key, usedforsecurity=False).digest():
             rej.add("id does not match key")
+            return None
+        if not meets_puzzle(src.node_id, self.id_difficulty):
+            rej.add(ID_PUZZLE)
             return None
         opened = _open_bytes(msg.key, msg.src, msg.dst, msg.eph)
         if not self._verify_raw(msg.key, msg.sig, opened):
@@ -479,6 +493,10 @@ class OutSession:
         return self._codec.encode(Authed(body, _tag(self._key, self._n, body)))
 
 
+class IdPuzzleFailed(RemoteProtocolError):
+    """The far end proved its key, but the key's id does not solve our id puzzle."""
+
+
 class SessionInitiator:
     """The opening side of a link's handshake: ``open_frame`` goes first; ``finish`` checks
     the answer and returns the session to send with (``wire``: the peer's ``wire_codec``)."""
@@ -495,9 +513,10 @@ class SessionInitiator:
             SessionOpen(identity.public_key, src, dst, eph, identity.sign(self._opened))
         )
 
-    def finish(self, msg: Message, src: bytes) -> OutSession:
+    def finish(self, msg: Message, src: bytes, id_difficulty: int = 0) -> OutSession:
         """Check the responder's ``SessionAccept``; ``RemoteProtocolError`` if it is not the
-        peer we meant to reach, or not validly signed."""
+        peer we meant to reach, or not validly signed; ``IdPuzzleFailed`` (one) if its key does
+        not solve the id puzzle at ``id_difficulty`` (ours, whatever the responder's is)."""
         if not isinstance(msg, SessionAccept):
             raise RemoteProtocolError(f"expected SessionAccept, got {type(msg).__name__}")
         if msg.src != self.dst or msg.dst != src:
@@ -507,6 +526,8 @@ class SessionInitiator:
             != hashlib.sha1(msg.key, usedforsecurity=False).digest()
         ):
             raise RemoteProtocolError("responder's id does not match its key")
+        if not meets_puzzle(PeerAddress.from_bytes(msg.src).node_id, id_difficulty):
+            raise IdPuzzleFailed(f"responder's id does not solve the id puzzle ({ID_PUZZLE})")
         accepted = _accept_bytes(msg.key, msg.src, msg.dst, msg.eph, self._opened)
         try:
             Ed25519PublicKey.from_public_bytes(msg.key).verify(msg.sig, accepted)
@@ -517,10 +538,12 @@ class SessionInitiator:
 
 
 __all__ = [
+    "ID_PUZZLE",
     "MAX_WIRE_FRAME",
     "FrameReader",
     "FrameTooLarge",
     "Gate",
+    "IdPuzzleFailed",
     "InSession",
     "OutSession",
     "Rejections",

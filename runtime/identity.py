@@ -4,6 +4,13 @@ A peer's node id is the SHA-1 of its Ed25519 public key (160 bits, the DHT's id 
 peer cannot pick where it sits on the ring. The key pair lives in the peer's state directory;
 restarting with the same directory gives the same id.
 
+Keys are cheap, though (about 28,000 a second on one core), so an attacker who wants a chosen
+place grinds keys until one lands there. The id puzzle (S/Kademlia's static puzzle) multiplies
+that cost: a key is admissible only if SHA-256 of a domain tag and its node id starts with
+``difficulty`` zero bits, so every key an attacker tries is also a lottery ticket with odds
+2^-difficulty, independent of where its id falls. An honest peer pays 2^difficulty keys once
+(``Identity.generate``); checking costs one SHA-256 (``meets_puzzle``).
+
 A transport address, as the cores carry it (opaque bytes in every ``Handle``), is the node id
 followed by the port and the IP address: ``id (20) | port (2) | IPv4 (4) or IPv6 (16)``. Putting
 the id into the address is what lets a receiver check a frame statelessly: the sender's address
@@ -17,6 +24,7 @@ import contextlib
 import hashlib
 import ipaddress
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -35,10 +43,46 @@ SIG_BYTES = 64
 KEY_FILE = "identity.pem"
 STATE_FILE = "peer.json"
 
+#: The id puzzle's difficulty a swarm asks for unless told otherwise (``PeerConfig.id_difficulty``,
+#: ``--id-difficulty``): 2^14 keys on average, about 0.6 s on one core of the machine it was
+#: measured on (bench/id_grinding.py), and 16,384 times the cost of any chosen place.
+DEFAULT_ID_DIFFICULTY = 14
+#: Beyond this an honest peer would grind for days; a larger setting is a mistake.
+MAX_ID_DIFFICULTY = 40
+_PUZZLE_DOMAIN = b"rangecast/id-puzzle/1\x00"
+_PUZZLE_BITS = 256
+
+log = logging.getLogger("rangecast.identity")
+
 
 def node_id_of(public_key: bytes) -> bytes:
     """The 160-bit node id that belongs to an Ed25519 public key."""
     return hashlib.sha1(public_key, usedforsecurity=False).digest()
+
+
+def puzzle_bits(node_id: bytes) -> int:
+    """How many leading zero bits the id puzzle's hash of ``node_id`` has (0 to 256)."""
+    value = int.from_bytes(hashlib.sha256(_PUZZLE_DOMAIN + node_id).digest(), "big")
+    return _PUZZLE_BITS - value.bit_length()
+
+
+def meets_puzzle(node_id: bytes, difficulty: int) -> bool:
+    """Whether ``node_id`` (the id of the key a peer proved it holds) solves the id puzzle at
+    ``difficulty`` bits; 0 or less admits every id. The hash covers the id, not the key: the id
+    is bound to the key at every handshake, and one hash of 20 bytes is all a receiver spends."""
+    if difficulty <= 0:
+        return True
+    value = int.from_bytes(hashlib.sha256(_PUZZLE_DOMAIN + node_id).digest(), "big")
+    return value >> (_PUZZLE_BITS - difficulty) == 0
+
+
+def check_difficulty(difficulty: int) -> int:
+    """``difficulty`` if it is a usable setting, else a one-line ``LocalProtocolError``."""
+    if not 0 <= difficulty <= MAX_ID_DIFFICULTY:
+        raise LocalProtocolError(
+            f"id difficulty must be between 0 and {MAX_ID_DIFFICULTY} bits, got {difficulty}"
+        )
+    return difficulty
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +163,14 @@ class Identity:
         self.node_id = node_id_of(self.public_key)
 
     @classmethod
-    def generate(cls) -> Identity:
-        return cls(Ed25519PrivateKey.generate())
+    def generate(cls, difficulty: int = 0) -> Identity:
+        """A fresh key pair whose id solves the id puzzle at ``difficulty`` bits: 2^difficulty
+        keys on average (0: the first key)."""
+        check_difficulty(difficulty)
+        while True:
+            ident = cls(Ed25519PrivateKey.generate())
+            if meets_puzzle(ident.node_id, difficulty):
+                return ident
 
     @property
     def int_id(self) -> int:
@@ -171,14 +221,28 @@ class StateDir:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
-    def load_identity(self) -> tuple[Identity, bool]:
-        """The stored identity, or a new one written to disk. Returns (identity, created)."""
+    def load_identity(self, difficulty: int = 0) -> tuple[Identity, bool]:
+        """The stored identity, or a new one (solving the id puzzle at ``difficulty``) written
+        to disk. Returns (identity, created). A stored key below ``difficulty`` (made before the
+        swarm asked for it) would be refused by every peer: it is kept as ``identity.pem.old``
+        and replaced, and the peer comes back under a new id."""
         key_path = self.path / KEY_FILE
         with _naming(key_path):
             self.path.mkdir(parents=True, exist_ok=True)
             if key_path.exists():
-                return Identity.from_pem(key_path.read_bytes(), str(key_path)), False
-            ident = Identity.generate()
+                old = Identity.from_pem(key_path.read_bytes(), str(key_path))
+                if meets_puzzle(old.node_id, difficulty):
+                    return old, False
+                log.warning(
+                    "the key in %s solves the id puzzle at %d bits, the swarm asks for %d: "
+                    "keeping it as %s.old and making a new one (a new id)",
+                    key_path,
+                    puzzle_bits(old.node_id),
+                    difficulty,
+                    KEY_FILE,
+                )
+                os.replace(key_path, key_path.with_name(KEY_FILE + ".old"))
+            ident = Identity.generate(difficulty)
             tmp = key_path.with_suffix(".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as f:

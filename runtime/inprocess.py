@@ -47,10 +47,13 @@ async def start_local_swarm(
     if n < 1:
         raise ValueError("a swarm needs at least one peer")
     cfg = config or PeerConfig()
+    # Every key ground before the first peer runs: grinding holds the thread (about 0.6 s a
+    # key at the default difficulty), which running peers would take for a pause.
+    identities = [Identity.generate(cfg.id_difficulty) for _ in range(n)]
     peers: list[PeerRuntime] = []
     for i in range(n):
         peer = PeerRuntime(
-            Identity.generate(),
+            identities[i],
             schemas or builtin_schemas(),
             _seeded(cfg, seed * 1_000_003 + i),
         )

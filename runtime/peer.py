@@ -65,9 +65,11 @@ from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import Schema, SchemaError, SchemaRegistry
 from rangecast.pubsub.subscription import Subscription
 from rangecast.runtime.guard import (
+    ID_PUZZLE,
     FrameReader,
     FrameTooLarge,
     Gate,
+    IdPuzzleFailed,
     InSession,
     OutSession,
     Rejections,
@@ -76,7 +78,16 @@ from rangecast.runtime.guard import (
     frame,
     wire_codec,
 )
-from rangecast.runtime.identity import Identity, PeerAddress, StateDir, node_id_of
+from rangecast.runtime.identity import (
+    DEFAULT_ID_DIFFICULTY,
+    Identity,
+    PeerAddress,
+    StateDir,
+    check_difficulty,
+    meets_puzzle,
+    node_id_of,
+    puzzle_bits,
+)
 from rangecast.runtime.kademlia_bridge import KademliaService
 from rangecast.runtime.messages import Authed, Hello, HelloReply, Sealed, SessionOpen
 from rangecast.runtime.quotas import DEFAULT_QUOTAS, ClientLedger, Quotas, remote_host
@@ -139,10 +150,15 @@ class PeerConfig:
     drain_s: float = 1.0
     #: What clients may cost and when publishes are refused (``runtime/quotas.py``).
     quotas: Quotas = DEFAULT_QUOTAS
+    #: The id puzzle (runtime.identity): leading zero bits asked of every peer's key. A peer
+    #: refuses links and frames from keys below its own setting, whatever theirs is, so every
+    #: peer of a swarm should use the same; this peer's own key must meet it.
+    id_difficulty: int = DEFAULT_ID_DIFFICULTY
 
     def __post_init__(self) -> None:
         if self.dht not in DHTS:
             raise LocalProtocolError(f"dht must be one of {', '.join(DHTS)}, got {self.dht!r}")
+        check_difficulty(self.id_difficulty)
 
     @property
     def dht_config(self) -> DhtConfig:
@@ -283,6 +299,12 @@ class PeerRuntime:
             cfg = tuned(cfg, spec)
             log.warning("%s in effect (for tests only): %s", TUNING_ENV, spec)
         self.cfg = cfg
+        if not meets_puzzle(identity.node_id, cfg.id_difficulty):
+            # Every peer would refuse it: say so now rather than fail to join.
+            raise LocalProtocolError(
+                f"this peer's key solves the id puzzle at {puzzle_bits(identity.node_id)} bits; "
+                f"the swarm asks for {cfg.id_difficulty} (Identity.generate(difficulty))"
+            )
         fault = os.environ.get(FAULT_ENV)
         self._fault = _Fault(fault) if fault else None
         if fault:
@@ -365,6 +387,7 @@ class PeerRuntime:
             wire=self._wire,
             rate_per_s=self.cfg.rate_per_s,
             burst=self.cfg.burst,
+            id_difficulty=self.cfg.id_difficulty,
         )
         self._started = trio.current_time()
         try:
@@ -834,7 +857,12 @@ class PeerRuntime:
             reply = self._wire.decode(raw)
         except WireError as exc:
             raise RemoteProtocolError(f"bad session answer: {exc}") from None
-        return init.finish(reply, self.addr)
+        try:
+            return init.finish(reply, self.addr, self.cfg.id_difficulty)
+        except IdPuzzleFailed:
+            self.rejections.add(ID_PUZZLE)
+            log.info("refused a link to %s: its key does not solve the id puzzle", link.addr)
+            raise
 
     async def _watch_link(self, link: _Link, stream: trio.SocketStream) -> None:
         """Peers never answer on a connection they accepted, so anything readable on ours is

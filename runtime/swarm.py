@@ -33,7 +33,7 @@ from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.kademlia import ROOT_CACHE
 from rangecast.dht.substrate import substrate
 from rangecast.pubsub.node import OverlayConfig
-from rangecast.runtime.identity import STATE_FILE
+from rangecast.runtime.identity import DEFAULT_ID_DIFFICULTY, STATE_FILE
 
 SWARM_FILE = "swarm.json"
 
@@ -54,6 +54,8 @@ class SwarmSpec:
     dht: str = "pastry"
     lookup: str = "iterative"
     root_cache: int = ROOT_CACHE
+    #: The id puzzle's difficulty every peer grinds its key to and asks of the others.
+    id_difficulty: int = DEFAULT_ID_DIFFICULTY
     #: Seconds to wait for the swarm to be ready.
     timeout: float = 120.0
     #: No progress on stderr.
@@ -165,6 +167,7 @@ def _spawn(i: int, port: int, dir_: Path, join: int | None, args: SwarmSpec) -> 
         cmd += ["--alone"]  # a new overlay, whatever peers a reused state directory remembers
     if args.schema:
         cmd += ["--schema", args.schema]
+    cmd += ["--id-difficulty", str(args.id_difficulty)]
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(
             cmd,

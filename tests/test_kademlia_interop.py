@@ -39,7 +39,9 @@ def _plain_node(contact_port: int, want_key: str, put: tuple[str, str]) -> objec
 def test_a_plain_kademlia_server_and_rangecast_peers_share_values_both_ways() -> None:
     async def main() -> tuple[object, object, dict]:
         async with trio.open_nursery() as nursery:
-            peers = await start_local_swarm(nursery, 6, seed=8, config=PeerConfig(dht="kademlia"))
+            peers = await start_local_swarm(
+                nursery, 6, seed=8, config=PeerConfig(dht="kademlia", id_difficulty=0)
+            )
             assert await peers[1].store("stored-by-rangecast", b"from a Rangecast peer")
             got = await trio.to_thread.run_sync(
                 _plain_node,
@@ -62,7 +64,9 @@ def test_a_plain_kademlia_server_and_rangecast_peers_share_values_both_ways() ->
 def test_garbage_on_the_kademlia_port_is_counted_and_the_store_still_works() -> None:
     async def main() -> tuple[int, object]:
         async with trio.open_nursery() as nursery:
-            peers = await start_local_swarm(nursery, 3, seed=3, config=PeerConfig(dht="kademlia"))
+            peers = await start_local_swarm(
+                nursery, 3, seed=3, config=PeerConfig(dht="kademlia", id_difficulty=0)
+            )
             target = peers[0]
             port = target.address.port  # type: ignore[union-attr]
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

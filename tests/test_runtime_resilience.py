@@ -30,7 +30,7 @@ from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import THESIS_SCHEMA
 from rangecast.runtime.client import connect
 from rangecast.runtime.guard import Sealer, frame, wire_codec
-from rangecast.runtime.identity import Identity, PeerAddress
+from rangecast.runtime.identity import DEFAULT_ID_DIFFICULTY, Identity, PeerAddress
 from rangecast.sim.workload import thesis_workload
 
 RANGECAST = [sys.executable, "-m", "rangecast.cli.main"]
@@ -208,8 +208,9 @@ def test_a_ping_naming_an_address_that_accepts_and_closes_kills_no_peer(swarm_fa
             nursery.start_soon(_trap, fin, False)
             nursery.start_soon(_trap, rst, True)
             for i in range(len(swarm.ports)):
-                # A fresh identity (so its id is anybody's neighbour), at a trap address.
-                mallory = Identity.generate()
+                # A fresh identity (so its id is anybody's neighbour), at a trap address; it
+                # solves the peers' id puzzle, or they would not even look at its Ping.
+                mallory = Identity.generate(DEFAULT_ID_DIFFICULTY)
                 m_addr = PeerAddress(mallory.node_id, "127.0.0.1", swarm.spare[i % 2]).to_bytes()
                 ping = CORE.encode(Ping(Handle(mallory.node_id, m_addr)))
                 sealed = Sealer(mallory, m_addr, 1, WIRE).seal(swarm.address(i), ping)

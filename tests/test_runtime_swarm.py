@@ -33,7 +33,9 @@ def test_sixteen_peers_deliver_exactly_what_the_oracle_expects(dht: str) -> None
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            peers = await start_local_swarm(nursery, 16, seed=6, config=PeerConfig(dht=dht))
+            peers = await start_local_swarm(
+                nursery, 16, seed=6, config=PeerConfig(dht=dht, id_difficulty=0)
+            )
             ports = [p.address.port for p in peers]  # type: ignore[union-attr]
             async with (
                 connect("127.0.0.1", ports[1]) as a,
@@ -84,7 +86,9 @@ def test_a_crashed_peer_is_detected_by_keepalives_and_the_rest_still_deliver() -
     from rangecast.runtime.inprocess import leaf_sets_converged
     from rangecast.runtime.peer import RUNTIME_PASTRY, PeerConfig
 
-    fast = PeerConfig(pastry=replace(RUNTIME_PASTRY, keepalive_s=0.5, fail_after_s=1.5))
+    fast = PeerConfig(
+        pastry=replace(RUNTIME_PASTRY, keepalive_s=0.5, fail_after_s=1.5), id_difficulty=0
+    )
     names = [a.name for a in THESIS_SCHEMA.attributes]
 
     async def main() -> tuple[bool, list[int], int]:
@@ -141,6 +145,7 @@ def test_four_of_sixteen_peers_crashing_lose_no_subscription_of_the_living(dht: 
         pastry=replace(RUNTIME_PASTRY, keepalive_s=0.5, fail_after_s=1.5),
         kademlia=replace(RUNTIME_KADEMLIA, keepalive_s=0.5, fail_after_s=1.5),
         overlay=OverlayConfig(refresh_s=2.0, park_timeout_s=2.0),
+        id_difficulty=0,  # no id puzzle: the keys of 16 peers would take seconds to grind
     )
     rng = random.Random(16)
     workload = thesis_workload(random.Random(160))
