@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 
-from rangecast.cli.options import add_output_options
+from rangecast.cli.options import add_output_options, add_params, params_from_args
 from rangecast.cli.output import emit, progress_for
 from rangecast.sim.compare import ALL_SYSTEMS, compare
-from rangecast.sim.options import missing_value, positive_float
+from rangecast.sim.event_source import CsvSource
+from rangecast.sim.options import positive_float
 from rangecast.sim.scenario import LATENCY_HELP
 
 
@@ -21,9 +22,7 @@ def _run(args: argparse.Namespace) -> int:
         events=args.events,
         seed=args.seed,
         latency=args.latency,
-        events_from=args.events_from,
-        missing=args.missing,
-        columns=args.columns,
+        csv=params_from_args(CsvSource, args),
         progress=lambda system: progress_for(args, system),
         out_dir=args.out,
         force=args.force,
@@ -55,22 +54,7 @@ def add_compare_parser(top: argparse._SubParsersAction) -> None:  # type: ignore
     p.add_argument("--events", type=int, default=1000, help="events to publish")
     p.add_argument("--seed", type=int, default=1, help="seed of every random stream")
     p.add_argument("--latency", default="synthetic", help=LATENCY_HELP)
-    p.add_argument(
-        "--events-from",
-        metavar="CSV",
-        help="every system publishes the rows of this CSV file instead of generated events",
-    )
-    p.add_argument(
-        "--missing",
-        type=missing_value,
-        metavar="VALUE",
-        help="with --events-from: a cell marking an absent value (a number, or a word)",
-    )
-    p.add_argument(
-        "--columns",
-        metavar="COL[=NAME],...",
-        help="with --events-from: publish only these columns (as sim run thesis --columns)",
-    )
+    add_params(p, CsvSource)  # --events-from, --missing, --columns
     p.add_argument(
         "--out",
         metavar="DIR",

@@ -58,6 +58,7 @@ from rangecast.pubsub.subscription import Range, Subscription
 from rangecast.sim import runlog
 from rangecast.sim.broker_network import BrokerNetwork
 from rangecast.sim.event_source import (
+    NO_CSV,
     EventSource,
     check_csv_params,
     columns_param,
@@ -273,7 +274,7 @@ def plan(seed: int, nodes: int, subs_per_node: float, events: int,
     events' source (a CSV file's, loaded on the ``workload-layout`` stream of ``seed``); None,
     the thesis workload."""
     if source is None:
-        source = EventSource.load(_NO_CSV, stream(seed, "workload-layout"))
+        source = EventSource.load(NO_CSV, stream(seed, "workload-layout"))
     gen = source.gen
     sub_rng = stream(seed, "subscriptions")
     t = 0.0
@@ -289,16 +290,6 @@ def plan(seed: int, nodes: int, subs_per_node: float, events: int,
         gap = pub_rng.expovariate(1000.0 / pub_gap_ms)
         pubs.append((gap, pub_rng.randrange(nodes)))
     return Plan(subs, values, pubs, gen)
-
-
-@dataclass(frozen=True, slots=True)
-class _NoCsv:
-    events_from: str | None = None
-    missing: float | str | None = None
-    columns: str | None = None
-
-
-_NO_CSV = _NoCsv()
 
 
 def _symbols(publishers: int) -> list[tuple[float, float]]:

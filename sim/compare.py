@@ -28,16 +28,19 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.sim import runlog
 from rangecast.sim.broker_experiment import BY_SYSTEM, SYSTEMS, BrokerParams, BrokerResult, gini
+from rangecast.sim.event_source import NO_CSV, CsvSource
 from rangecast.sim.thesis_experiment import Thesis, ThesisParams, ThesisResult
 
 __all__ = ["ALL_SYSTEMS", "COMPARE_FILE", "Comparison", "Row", "compare"]
 
 ALL_SYSTEMS = ("thesis", *SYSTEMS)
+
+T = TypeVar("T")
 #: The table of a ``--out DIR`` comparison, beside one run log per system in ``DIR/<system>/``.
 COMPARE_FILE = "compare.json"
 
@@ -220,15 +223,13 @@ def compare(
     progress: Callable[[str], Callable[[str], None] | None] | None = None,
     out_dir: Path | str | None = None,
     force: bool = False,
-    events_from: str | None = None,
-    missing: float | str | None = None,
-    columns: str | None = None,
+    csv: CsvSource = NO_CSV,
 ) -> Comparison:
     """Run ``systems`` (in the order given) on one workload; ``progress(system)`` gives each
     run's progress callback. ``out_dir``: each system's run log in ``out_dir/<system>/`` and
     the table in ``out_dir/compare.json`` (written last: its presence means all finished);
-    ``force`` replaces an earlier comparison there. ``events_from`` (with ``missing`` and
-    ``columns``, as ``sim run thesis``'s): every system publishes the rows of that CSV file."""
+    ``force`` replaces an earlier comparison there. ``csv``: with a file, every system publishes
+    its rows (``--events-from``, as ``sim run thesis``)."""
     unknown = [s for s in systems if s not in ALL_SYSTEMS]
     if unknown or not systems:
         raise LocalProtocolError(
@@ -236,35 +237,31 @@ def compare(
         )
     order = list(dict.fromkeys(systems))
     base = _prepare(Path(out_dir), order, force) if out_dir is not None else None
-    out = Comparison(nodes, subs_per_node, events, seed, latency, events_from=events_from)
+    out = Comparison(nodes, subs_per_node, events, seed, latency, events_from=csv.events_from)
+
+    def params(cls: Callable[..., T]) -> T:
+        """One system's parameters: the comparison's workload, the system's defaults."""
+        return cls(
+            nodes=nodes,
+            subs_per_node=subs_per_node,
+            events=events,
+            seed=seed,
+            latency=latency,
+            events_from=csv.events_from,
+            missing=csv.missing,
+            columns=csv.columns,
+        )
+
     for system in order:
         say = progress(system) if progress is not None else None
         log = base / system if base is not None else None
         if system == "thesis":
             sc = _MeasuredThesis()
-            tp = ThesisParams(
-                nodes=nodes,
-                subs_per_node=subs_per_node,
-                events=events,
-                seed=seed,
-                latency=latency,
-                events_from=events_from,
-                missing=missing,
-                columns=columns,
-            )
+            tp = params(ThesisParams)
             out.rows.append(_thesis_row(sc, sc.run(tp, say, log, force=force)))
         else:
             scenario = BY_SYSTEM[system]
-            bp = scenario.params_type(
-                nodes=nodes,
-                subs_per_node=subs_per_node,
-                events=events,
-                seed=seed,
-                latency=latency,
-                events_from=events_from,
-                missing=missing,
-                columns=columns,
-            )
+            bp = params(scenario.params_type)
             assert isinstance(bp, BrokerParams)
             out.rows.append(_broker_row(scenario().run(bp, say, log, force=force)))
     if base is not None:

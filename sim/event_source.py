@@ -21,7 +21,9 @@ from rangecast.sim.scenario import param
 from rangecast.sim.workload import THESIS_WORKLOAD, CsvEvents, Workload, default_params
 
 __all__ = [
+    "NO_CSV",
     "CsvParams",
+    "CsvSource",
     "EventSource",
     "check_csv_params",
     "columns_param",
@@ -67,6 +69,19 @@ class CsvParams(Protocol):
     def missing(self) -> float | str | None: ...
     @property
     def columns(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CsvSource:
+    """The three CSV parameters alone: what ``sim compare`` passes on to every system."""
+
+    events_from: str | None = events_from_param()
+    missing: float | str | None = missing_param()
+    columns: str | None = columns_param()
+
+
+#: No file: the thesis workload's generated events.
+NO_CSV = CsvSource()
 
 
 def check_csv_params(p: CsvParams) -> None:

@@ -12,6 +12,7 @@ import pytest
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.sim.broker_experiment import BY_SYSTEM, SYSTEMS, BrokerParams
 from rangecast.sim.compare import compare
+from rangecast.sim.event_source import CsvSource
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +50,7 @@ def test_compare_on_a_csv_source_is_one_workload(gappy_csv: Path) -> None:
         nodes=40,
         subs_per_node=2.0,
         events=120,
-        events_from=str(gappy_csv),
-        missing=-200,
+        csv=CsvSource(str(gappy_csv), -200),
     )
     assert result.succeeded()
     assert len({r.expected_deliveries for r in result.rows}) == 1
