@@ -68,8 +68,10 @@ class BatchConfig:
     max_acks: int = MAX_BATCH_ACKS
     #: Encoded size a ``Batch`` aims to stay under; a body bigger than this goes alone.
     max_bytes: int = 64 * 1024
-    #: How long a link holding only hop acks waits for other traffic to the same peer.
-    ack_delay_s: float = 0.005
+    #: How long a link holding only hop acks waits for other traffic to the same peer (the
+    #: peer caps it at a tenth of its DHT's ``ack_floor_s``). Measured on 32 peers at 20
+    #: events/s: 0 s -> 0.73 frames per message, 5 ms -> 0.67, 50 ms -> 0.57.
+    ack_delay_s: float = 0.05
 
     def __post_init__(self) -> None:
         if self.drain < 1:

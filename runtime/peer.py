@@ -773,6 +773,8 @@ class PeerRuntime:
         session: OutSession = _NO_SESSION
         stats = self.transport
         bcfg = self.cfg.batching
+        # An ack delayed by a tenth of the deadline it is awaited by is never what misses it.
+        ack_delay = min(bcfg.ack_delay_s, self.cfg.dht_config.ack_floor_s / 10)
         try:
             while True:
                 with trio.move_on_after(self.cfg.idle_close_s):
@@ -782,9 +784,9 @@ class PeerRuntime:
                         # One tick: let the tasks already runnable queue theirs, to ride along.
                         await trio.sleep(0)
                     _drain(link, batch, bcfg.drain)
-                    if bcfg.enabled and bcfg.ack_delay_s > 0 and only_acks(batch):
+                    if bcfg.enabled and ack_delay > 0 and only_acks(batch):
                         # Hop acks only: wait a little for other traffic to the same peer.
-                        with trio.move_on_after(bcfg.ack_delay_s):
+                        with trio.move_on_after(ack_delay):
                             while len(batch) < bcfg.drain:
                                 batch.append(await link.rx.receive())
                                 if type(batch[-1]) is bytes:
