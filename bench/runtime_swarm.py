@@ -97,6 +97,8 @@ class Phase:
     publish_timeouts: int = 0
     #: Publishes the entry peer refused for load (``Overloaded``): not accepted, not expected.
     refused: int = 0
+    #: (leaf, event) pairs of this phase: what the lower bound of frames counts (``leaves_hit``).
+    leaves_hit: int = 0
 
     def __post_init__(self) -> None:
         n = len(self.events)
@@ -113,6 +115,7 @@ class Snapshot:
     cpu: float
     frames_out: int
     bytes_out: int
+    messages_out: int = 0
 
     @staticmethod
     def take(peers: list[PeerRuntime]) -> Snapshot:
@@ -121,7 +124,24 @@ class Snapshot:
             time.process_time(),
             sum(p.transport.frames_out for p in peers),
             sum(p.transport.bytes_out for p in peers),
+            sum(p.transport.messages_out for p in peers),
         )
+
+
+def leaves_hit(peers: list[PeerRuntime], phase: Phase) -> int:
+    """(leaf, event) pairs of ``phase``: every leaf tree node remembers the events it matched
+    in the last ``dedup_window_s`` (120 s, longer than a phase) to drop duplicate probes, so
+    counting the phase's event ids there, right after it, gives the leaves each event reached.
+    The lower bound of peer-to-peer messages per event is then leaves hit plus deliveries (one
+    message to each leaf and one per delivery; a few are local, so the bound is generous)."""
+    eids = {e for e in phase.eids if e is not None}
+    return sum(
+        sum(1 for e in node.seen if e in eids)
+        for p in peers
+        if p.core is not None
+        for _, node in p.core.overlay.tree_nodes()
+        if node.index is not None
+    )
 
 
 # ---------------------------------------------------------------------------------- statistics
@@ -152,8 +172,11 @@ def summarize_ms(xs_s: list[float]) -> dict[str, float | int]:
     }
 
 
-def traffic(before: Snapshot, after: Snapshot, events: int) -> dict[str, Any]:
+def traffic(
+    before: Snapshot, after: Snapshot, events: int, bound: int | None = None
+) -> dict[str, Any]:
     frames = after.frames_out - before.frames_out
+    messages = after.messages_out - before.messages_out
     data = after.bytes_out - before.bytes_out
     wall = after.t - before.t
     return {
@@ -161,6 +184,9 @@ def traffic(before: Snapshot, after: Snapshot, events: int) -> dict[str, Any]:
         "bytes_out": data,
         "frames_per_event": round(frames / events, 2) if events else None,
         "bytes_per_event": round(data / events, 1) if events else None,
+        "messages_per_event": round(messages / events, 2) if events else None,
+        # Leaves hit plus deliveries, per event (``leaves_hit``): no design can send fewer.
+        "lower_bound_per_event": round(bound / events, 2) if events and bound else None,
         "wall_s": round(wall, 3),
         "cpu_s": round(after.cpu - before.cpu, 3),
         # CPU of this process over wall time: near 1.0 means the single core was the bottleneck.
@@ -398,6 +424,7 @@ async def bench(
             await paced(lat_phase, pub_clients, args.rate, args.op_timeout)
             lat_complete = await await_deliveries(lat_phase, arrivals, installed, args.wait_timeout)
             snap_lat1 = Snapshot.take(peers)
+            lat_phase.leaves_hit = leaves_hit(peers, lat_phase)
             # A quiet spell in which a late duplicate or false positive would still show up.
             await trio.sleep(args.quiet_s)
 
@@ -411,6 +438,7 @@ async def bench(
             snap_thr_pub = Snapshot.take(peers)
             thr_complete = await await_deliveries(thr_phase, arrivals, installed, args.wait_timeout)
             snap_thr1 = Snapshot.take(peers)
+            thr_phase.leaves_hit = leaves_hit(peers, thr_phase)
             await trio.sleep(args.quiet_s)
 
             # ---- overload phase: open loop at a multiple of the rate just sustained.
@@ -515,7 +543,9 @@ async def bench(
         "latency": summarize_ms(lat["latencies"]),
         "publish_reply": summarize_ms(_reply_times(lat_phase)),
         "oracle": {k: lat[k] for k in _ORACLE_KEYS},
-        "traffic": traffic(snap_lat0, snap_lat1, len(lat_phase.events)),
+        "traffic": traffic(
+            snap_lat0, snap_lat1, len(lat_phase.events), lat_phase.leaves_hit + lat["delivered"]
+        ),
     }
 
     thr = oracle_check(thr_phase, arrivals, installed)
@@ -540,7 +570,9 @@ async def bench(
         "latency_under_load": summarize_ms(thr["latencies"]),
         "publish_reply": summarize_ms(_reply_times(thr_phase)),
         "oracle": {k: thr[k] for k in _ORACLE_KEYS},
-        "traffic": traffic(snap_thr0, snap_thr1, len(thr_phase.events)),
+        "traffic": traffic(
+            snap_thr0, snap_thr1, len(thr_phase.events), thr_phase.leaves_hit + thr["delivered"]
+        ),
         "traffic_while_publishing": traffic(snap_thr0, snap_thr_pub, len(thr_phase.events)),
     }
     # An offered rate above what the swarm sustains turns the latency phase into a measure of
@@ -689,8 +721,9 @@ def print_human(r: dict[str, Any], wall_s: float) -> None:
         t = ph["traffic"]
         print(
             f"    traffic: {t['frames_out']} frames, {t['bytes_out']} bytes; "
-            f"{t['frames_per_event']} frames/event, {t['bytes_per_event']} bytes/event; "
-            f"cpu {t['cpu_utilisation']}"
+            f"{t['frames_per_event']} frames/event ({t['messages_per_event']} messages), "
+            f"{t['bytes_per_event']} bytes/event; lower bound {t['lower_bound_per_event']} "
+            f"(leaves hit + deliveries); cpu {t['cpu_utilisation']}"
         )
     thr = r["throughput_phase"]
     print(

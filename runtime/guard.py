@@ -26,6 +26,7 @@ from rangecast.dht.errors import RemoteProtocolError, WireError
 from rangecast.dht.messages import (
     Announce,
     Direct,
+    HopAck,
     JoinReply,
     JoinRequest,
     JoinRows,
@@ -392,6 +393,24 @@ class Gate:
         if not self._rate_ok(session.node_id, now):
             return None
         return self._admit(session.src, session.node_id, msg.body)
+
+    def admit_body(
+        self, session: InSession, body: bytes, now: float
+    ) -> tuple[bytes, Message] | None:
+        """One body of a ``Batch`` on an established link: the same checks and the same
+        price (a token of the sender's rate) as a body in a frame of its own."""
+        if not self._rate_ok(session.node_id, now):
+            return None
+        return self._admit(session.src, session.node_id, body)
+
+    def admit_acks(
+        self, session: InSession, acks: list[HopAck], now: float
+    ) -> list[tuple[bytes, Message]] | None:
+        """A ``Batch``'s hop acks (already expanded): one token of the sender's rate for the
+        lot, as they travel as one bounded list; a ``HopAck`` names no sender to check."""
+        if not self._rate_ok(session.node_id, now):
+            return None
+        return [(session.src, ack) for ack in acks]
 
     def _verify_raw(self, key_bytes: bytes, sig: bytes, data: bytes) -> bool:
         key = self._keys.get(key_bytes)

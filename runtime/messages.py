@@ -153,6 +153,21 @@ class Authed(Message, tag=142, frozen=True):
     tag: Annotated[bytes, msgspec.Meta(min_length=16, max_length=16)]
 
 
+#: Most core bodies and hop acks one ``Batch`` may carry (the decoder refuses more).
+MAX_BATCH_BODIES = 256
+MAX_BATCH_ACKS = 1024
+
+
+class Batch(Message, tag=143, frozen=True):
+    """Several core messages in one ``Authed`` frame of a link (``runtime/batching.py``):
+    ``bodies`` are encoded core frames, each checked by the ``Gate`` as if it had come alone;
+    ``acks`` are the uids of ``HopAck``s for this destination, each expanded back into its own
+    ``HopAck`` on receipt. Never nested, never empty, never outside a session frame."""
+
+    bodies: Annotated[list[Payload], msgspec.Meta(max_length=MAX_BATCH_BODIES)]
+    acks: Annotated[list[U63], msgspec.Meta(max_length=MAX_BATCH_ACKS)]
+
+
 #: The runtime's message table: sessions, envelopes and the client API.
 RUNTIME_TABLE = MessageTable(
     "runtime",
@@ -173,5 +188,6 @@ RUNTIME_TABLE = MessageTable(
         SessionOpen,
         SessionAccept,
         Authed,
+        Batch,
     ),
 )

@@ -50,6 +50,7 @@ import trio
 
 from rangecast.dht.errors import LocalProtocolError, RangecastError, RemoteProtocolError, WireError
 from rangecast.dht.kademlia import KademliaConfig, KademliaNode
+from rangecast.dht.messages import HopAck
 from rangecast.dht.node import PastryConfig, State
 from rangecast.dht.routing import Peer
 from rangecast.dht.substrate import DHTS, DhtConfig, DhtNode, make_dht, substrate
@@ -64,6 +65,15 @@ from rangecast.pubsub.node import (
 from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import Schema, SchemaError, SchemaRegistry
 from rangecast.pubsub.subscription import Subscription
+from rangecast.runtime.batching import (
+    BatchConfig,
+    QueueItem,
+    expand_acks,
+    is_batch,
+    only_acks,
+    pack,
+    unpack,
+)
 from rangecast.runtime.guard import (
     ID_PUZZLE,
     FrameReader,
@@ -127,6 +137,8 @@ class PeerConfig:
     flood_close_after: int = 100_000
     #: Frames queued per destination before new ones are dropped.
     send_queue: int = 8192
+    #: Several messages per link frame, hop acks coalesced (``runtime/batching.py``).
+    batching: BatchConfig = field(default_factory=BatchConfig)
     connect_timeout_s: float = 3.0
     #: After a failed connect, frames to that destination are dropped for this long.
     retry_after_s: float = 1.0
@@ -176,7 +188,7 @@ TUNING_ENV = "RANGECAST_TEST_TUNING"
 #: Test-only: ``Type:n``, the n-th ``Type`` message (a DHT message class name such as ``Ping``)
 #: given to the core raises instead of being handled, to test the barrier (``_feed``).
 FAULT_ENV = "RANGECAST_TEST_FAULT"
-_TUNABLE_PARTS = ("pastry", "kademlia", "overlay", "quotas")
+_TUNABLE_PARTS = ("pastry", "kademlia", "overlay", "quotas", "batching")
 
 
 def _coerce(name: str, old: object, text: str) -> object:
@@ -256,7 +268,7 @@ class _Link:
 
     def __init__(self, addr: PeerAddress, size: int) -> None:
         self.addr = addr
-        self.tx, self.rx = trio.open_memory_channel[bytes](size)
+        self.tx, self.rx = trio.open_memory_channel[QueueItem](size)
         self.rtt_ms = 1.0
         self.down_until = -math.inf
         self.sent = 0
@@ -273,10 +285,13 @@ class TransportStats:
     connections_in: int = 0
     connects: int = 0
     connect_failures: int = 0
-    #: Frames we could not send (destination unreachable, queue full, connection broke).
+    #: Messages we could not send (destination unreachable, queue full, connection broke).
     dropped_out: int = 0
     #: Of those, frames dropped because the destination's link queue was full.
     dropped_queue_full: int = 0
+    #: Core messages carried by the frames (a ``Batch`` frame carries several).
+    messages_in: int = 0
+    messages_out: int = 0
 
 
 class PeerRuntime:
@@ -588,14 +603,18 @@ class PeerRuntime:
         if trio.current_time() < link.down_until:
             self.transport.dropped_out += 1
             return
-        try:
-            body = self._codec.encode(msg)
-        except LocalProtocolError:
-            log.exception("cannot encode %s", type(msg).__name__)
-            return
+        item: QueueItem
+        if type(msg) is HopAck:
+            item = msg.uid  # the link coalesces acks (``runtime/batching.py``)
+        else:
+            try:
+                item = self._codec.encode(msg)
+            except LocalProtocolError:
+                log.exception("cannot encode %s", type(msg).__name__)
+                return
         try:
             # Authenticated in the link's task, which holds the session key.
-            link.tx.send_nowait(body)
+            link.tx.send_nowait(item)
         except trio.WouldBlock:
             self.transport.dropped_out += 1
             self.transport.dropped_queue_full += 1
@@ -665,7 +684,7 @@ class PeerRuntime:
                 return
 
     def backlog(self) -> int:
-        """Frames queued on the outgoing links, not yet written (the admission's measure)."""
+        """Messages queued on the outgoing links, not yet written (the admission's measure)."""
         return sum(link.tx.statistics().current_buffer_used for link in self._links.values())
 
     def publish(self, schema: str, values: dict[str, float | None]) -> int:
@@ -788,16 +807,26 @@ class PeerRuntime:
         stream: trio.SocketStream | None = None
         session: OutSession = _NO_SESSION
         stats = self.transport
+        bcfg = self.cfg.batching
+        # An ack delayed by a tenth of the deadline it is awaited by is never what misses it.
+        ack_delay = min(bcfg.ack_delay_s, self.cfg.dht_config.ack_floor_s / 10)
         try:
             while True:
                 with trio.move_on_after(self.cfg.idle_close_s):
                     first = await link.rx.receive()
                     batch = [first]
-                    while len(batch) < 256:
-                        try:
-                            batch.append(link.rx.receive_nowait())
-                        except trio.WouldBlock:
-                            break
+                    if bcfg.enabled:
+                        # One tick: let the tasks already runnable queue theirs, to ride along.
+                        await trio.sleep(0)
+                    _drain(link, batch, bcfg.drain)
+                    if bcfg.enabled and ack_delay > 0 and only_acks(batch):
+                        # Hop acks only: wait a little for other traffic to the same peer.
+                        with trio.move_on_after(ack_delay):
+                            while len(batch) < bcfg.drain:
+                                batch.append(await link.rx.receive())
+                                if type(batch[-1]) is bytes:
+                                    break  # company: send now
+                        _drain(link, batch, bcfg.drain)
                     if stream is not None and link.broken:
                         await _aclose_quietly(stream)
                         stream = None
@@ -828,7 +857,8 @@ class PeerRuntime:
                         stats.connects += 1
                         link.broken = False
                         watchers.start_soon(self._watch_link, link, stream)
-                    data = b"".join([frame(session.wrap(body)) for body in batch])
+                    payloads = pack(batch, bcfg, self._wire)
+                    data = b"".join([frame(session.wrap(body)) for body in payloads])
                     try:
                         await stream.send_all(data)
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -836,7 +866,8 @@ class PeerRuntime:
                         await _aclose_quietly(stream)
                         stream = None
                         continue
-                    stats.frames_out += len(batch)
+                    stats.frames_out += len(payloads)
+                    stats.messages_out += len(batch)
                     stats.bytes_out += len(data)
                     link.sent += len(batch)
                     continue
@@ -1003,10 +1034,40 @@ class PeerRuntime:
         if not link.check(msg):
             self.rejections.add("bad link authentication tag")
             return False
+        if is_batch(msg.body):
+            self._on_batch(link, msg.body, now)
+            return True
+        self.transport.messages_in += 1
         opened = self._gate.admit_authed(link, msg, now)
         if opened is not None:
             self._feed(*opened, now)
         return True
+
+    def _on_batch(self, link: InSession, body: bytes, now: float) -> None:
+        """Several messages in one session frame (``runtime/batching.py``): each body passes
+        the ``Gate`` as if it had come alone, the acks become ``HopAck``s again; a malformed
+        batch, or one with a body the ``Gate`` refuses, is counted and dropped whole."""
+        assert self._gate is not None
+        batch = unpack(body, self._wire)
+        if batch is None:
+            self.rejections.add("malformed batch")
+            return
+        self.transport.messages_in += len(batch.bodies) + len(batch.acks)
+        opened: list[tuple[bytes, Message]] = []
+        for inner in batch.bodies:
+            one = self._gate.admit_body(link, inner, now)
+            if one is None:
+                self.rejections.add("batch dropped: a body refused")
+                return
+            opened.append(one)
+        if batch.acks:
+            acks = self._gate.admit_acks(link, expand_acks(batch.acks), now)
+            if acks is None:
+                self.rejections.add("batch dropped: a body refused")
+                return
+            opened.extend(acks)
+        for src, inner_msg in opened:
+            self._feed(src, inner_msg, now)
 
     def _on_sealed(self, env: Sealed) -> None:
         if self.core is None or self._gate is None:
@@ -1120,6 +1181,8 @@ class PeerRuntime:
                 "connect_failures": self.transport.connect_failures,
                 "dropped_out": self.transport.dropped_out,
                 "dropped_queue_full": self.transport.dropped_queue_full,
+                "messages_in": self.transport.messages_in,
+                "messages_out": self.transport.messages_out,
                 "connections_open": self._open_in,
                 "refused_connections": self.refused_in,
             },
@@ -1164,6 +1227,15 @@ class _Unopened(OutSession):
 
 
 _NO_SESSION: OutSession = _Unopened()
+
+
+def _drain(link: _Link, batch: list[QueueItem], limit: int) -> None:
+    """Move what ``link`` has queued into ``batch``, up to ``limit`` items in all."""
+    while len(batch) < limit:
+        try:
+            batch.append(link.rx.receive_nowait())
+        except trio.WouldBlock:
+            return
 
 
 async def _aclose_quietly(stream: trio.abc.AsyncResource) -> None:
