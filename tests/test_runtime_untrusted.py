@@ -266,15 +266,14 @@ def test_replayed_handshake_openings_are_rate_limited_per_address() -> None:
                 SessionInitiator(other.identity, other.addr, target.addr, WIRE).open_frame
             )
             answered = closed = 0
+            port = target.address.port
             t0 = trio.current_time()
 
             async def replay(n: int) -> None:
                 nonlocal answered, closed
                 for _ in range(n):
                     stream = await trio.open_tcp_stream(
-                        "127.0.0.1",
-                        target.address.port,
-                        local_address="127.0.0.2",  # type: ignore[union-attr]
+                        "127.0.0.1", port, local_address="127.0.0.2"
                     )
                     async with stream:
                         await stream.send_all(opening)
