@@ -9,8 +9,10 @@ that changes state, so a forger cannot even advance a replay window.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import ipaddress
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +133,33 @@ class TokenBucket:
             return True
         self.tokens = tokens
         return False
+
+
+class AddressLimiter:
+    """A token bucket per source address (IPv6: per /64, which one host can fill), for the
+    most recent ``capacity`` addresses: bounds the link-handshake openings (a signature check
+    and a key exchange each) that one address can make a peer do. Checked before any crypto."""
+
+    __slots__ = ("_buckets", "burst", "capacity", "rate")
+
+    def __init__(self, rate: float, burst: float, capacity: int = 4096) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.capacity = capacity
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+
+    def allow(self, host: str, now: float) -> bool:
+        if ":" in host:  # IPv6: the first four groups
+            with contextlib.suppress(ValueError):
+                host = ":".join(ipaddress.ip_address(host).exploded.split(":")[:4])
+        bucket = self._buckets.get(host)
+        if bucket is None:
+            bucket = self._buckets[host] = TokenBucket(self.rate, self.burst, now)
+            if len(self._buckets) > self.capacity:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(host)
+        return bucket.allow(now)
 
 
 class ReplayWindow:
@@ -559,6 +588,7 @@ class SessionInitiator:
 __all__ = [
     "ID_PUZZLE",
     "MAX_WIRE_FRAME",
+    "AddressLimiter",
     "FrameReader",
     "FrameTooLarge",
     "Gate",

@@ -74,8 +74,10 @@ from rangecast.runtime.batching import (
     pack,
     unpack,
 )
+from rangecast.runtime.candidates import LinkCaps, SecondHand, TrustConfig
 from rangecast.runtime.guard import (
     ID_PUZZLE,
+    AddressLimiter,
     FrameReader,
     FrameTooLarge,
     Gate,
@@ -166,6 +168,9 @@ class PeerConfig:
     #: refuses links and frames from keys below its own setting, whatever theirs is, so every
     #: peer of a swarm should use the same; this peer's own key must meet it.
     id_difficulty: int = DEFAULT_ID_DIFFICULTY
+    #: Limits on untrusted peers: second-hand routing entries, outgoing links and connects,
+    #: link-handshake openings per source address (``runtime.candidates``).
+    trust: TrustConfig = field(default_factory=TrustConfig)
 
     def __post_init__(self) -> None:
         if self.dht not in DHTS:
@@ -188,7 +193,7 @@ TUNING_ENV = "RANGECAST_TEST_TUNING"
 #: Test-only: ``Type:n``, the n-th ``Type`` message (a DHT message class name such as ``Ping``)
 #: given to the core raises instead of being handled, to test the barrier (``_feed``).
 FAULT_ENV = "RANGECAST_TEST_FAULT"
-_TUNABLE_PARTS = ("pastry", "kademlia", "overlay", "quotas", "batching")
+_TUNABLE_PARTS = ("pastry", "kademlia", "overlay", "quotas", "batching", "trust")
 
 
 def _coerce(name: str, old: object, text: str) -> object:
@@ -264,10 +269,13 @@ class _Fault:
 class _Link:
     """The pooled outgoing connection to one destination."""
 
-    __slots__ = ("addr", "broken", "down_until", "rtt_ms", "rx", "sent", "tx")
+    __slots__ = ("addr", "broken", "down_until", "rtt_ms", "rx", "scope", "sent", "tx", "used")
 
     def __init__(self, addr: PeerAddress, size: int) -> None:
         self.addr = addr
+        #: Last frame queued (for the least-recently-used eviction), and what cancels the task.
+        self.used = -math.inf
+        self.scope = trio.CancelScope()
         self.tx, self.rx = trio.open_memory_channel[QueueItem](size)
         self.rtt_ms = 1.0
         self.down_until = -math.inf
@@ -359,6 +367,11 @@ class PeerRuntime:
         self._open_in = 0
         self.refused_in = 0
         self._gate: Gate | None = None
+        trust = self.cfg.trust
+        self._caps = LinkCaps(trust, self.cfg.retry_after_s)
+        self._second_hand = SecondHand(trust, self.rejections, 0.0)
+        self._handshakes = AddressLimiter(trust.handshake_per_s, trust.handshake_burst)
+        self._probe_wakeup = trio.Event()
         self._started = 0.0
         #: The kademlia package's server (``dht="kademlia"`` with ``kademlia_rpc``).
         self.kademlia: KademliaService | None = None
@@ -428,6 +441,7 @@ class PeerRuntime:
             nursery.start_soon(self._timer_loop)
             nursery.start_soon(self._heartbeat)
             nursery.start_soon(self.clients.probe_lag)
+            nursery.start_soon(self._probe_loop)
             log.info("peer %s listening on %s", self.identity.node_id.hex(), self.address.endpoint)
             await self._enter(contacts or [])
             if substrate(self.cfg.dht).kademlia_ids and self.cfg.kademlia_rpc:
@@ -589,6 +603,7 @@ class PeerRuntime:
             self._local.append(msg)
             return
         link = self._links.get(dst)
+        now = trio.current_time()
         if link is None:
             try:
                 where = PeerAddress.from_bytes(dst)
@@ -596,11 +611,15 @@ class PeerRuntime:
                 # An address some peer told us about that is not one: its fault, count it.
                 self.rejections.add("unusable address learnt")
                 return
+            if not self._room_for_link(dst, now):
+                self.transport.dropped_out += 1
+                return
             link = _Link(where, self.cfg.send_queue)
             self._links[dst] = link
             assert self._nursery is not None
             self._nursery.start_soon(self._link_loop, link)
-        if trio.current_time() < link.down_until:
+        link.used = now
+        if now < link.down_until:
             self.transport.dropped_out += 1
             return
         item: QueueItem
@@ -618,6 +637,26 @@ class PeerRuntime:
         except trio.WouldBlock:
             self.transport.dropped_out += 1
             self.transport.dropped_queue_full += 1
+
+    def _room_for_link(self, dst: bytes, now: float) -> bool:
+        """Whether a new link to ``dst`` may open: its endpoint is not backed off, and the
+        link table has room (made by closing the least recently used idle link)."""
+        caps = self._caps
+        if caps.backed_off(dst, now):
+            caps.refuse("endpoint backed off")
+            return False
+        if len(self._links) < self.cfg.trust.max_links:
+            return True
+        idle = (
+            (a, lk.used)
+            for a, lk in self._links.items()
+            if not lk.rx.statistics().current_buffer_used
+        )
+        victim = caps.victim(idle)
+        if victim is None:
+            return False
+        self._links.pop(victim).scope.cancel()
+        return True
 
     def _on_app_event(self, ev: Any) -> None:
         if isinstance(ev, EventDelivered):
@@ -793,9 +832,10 @@ class PeerRuntime:
 
     async def _link_loop(self, link: _Link) -> None:
         try:
-            async with trio.open_nursery() as watchers:
-                await self._link_send(link, watchers)
-                watchers.cancel_scope.cancel()
+            with link.scope:  # cancelled when the link is evicted to make room
+                async with trio.open_nursery() as watchers:
+                    await self._link_send(link, watchers)
+                    watchers.cancel_scope.cancel()
         except Exception as exc:
             # A link is one destination's business: whatever breaks it (a transport error we
             # did not foresee, a bug) closes that link only, never the peer.
@@ -832,8 +872,14 @@ class PeerRuntime:
                         stream = None
                     if stream is None:
                         t0 = trio.current_time()
+                        if not self._caps.may_connect(link.addr.to_bytes(), t0):
+                            stats.dropped_out += len(batch)
+                            continue
                         try:
-                            with trio.fail_after(self.cfg.connect_timeout_s):
+                            with (
+                                self._caps.connecting(),
+                                trio.fail_after(self.cfg.connect_timeout_s),
+                            ):
                                 stream = await trio.open_tcp_stream(link.addr.host, link.addr.port)
                                 link.rtt_ms = max((trio.current_time() - t0) * 1000.0, 0.05)
                                 session = await self._handshake(link, stream)
@@ -848,13 +894,16 @@ class PeerRuntime:
                             # answer garbage) costs this batch and nothing else.
                             stats.connect_failures += 1
                             stats.dropped_out += len(batch)
-                            link.down_until = trio.current_time() + self.cfg.retry_after_s
+                            link.down_until = self._caps.failed(
+                                link.addr.to_bytes(), trio.current_time()
+                            )
                             log.debug("cannot reach %s: %s", link.addr, exc)
                             if stream is not None:
                                 await _aclose_quietly(stream)
                                 stream = None
                             continue
                         stats.connects += 1
+                        self._proved(link.addr.to_bytes())
                         link.broken = False
                         watchers.start_soon(self._watch_link, link, stream)
                     payloads = pack(batch, bcfg, self._wire)
@@ -998,6 +1047,10 @@ class PeerRuntime:
                             if link is not None or session is not None or self._gate is None:
                                 rej.add("unexpected session opening")
                                 continue
+                            if not self._handshakes.allow(_peer_host(stream), trio.current_time()):
+                                # Before any signature check or key exchange: close, count.
+                                rej.add("handshake rate limited")
+                                return
                             accepted = self._gate.accept_session(msg, self.identity)
                             if accepted is not None:
                                 reply, link = accepted
@@ -1084,10 +1137,70 @@ class PeerRuntime:
         try:
             if self._fault is not None:
                 self._fault.check(msg)
+            # ``src`` signed this message: it proved its id. What it says of others has not.
+            self._proved(src)
+            msg = self._second_hand.screen(src, msg, now, self._caps)
+            if self._second_hand.waiting:
+                self._probe_wakeup.set()
             self.core.receive(msg, src, now)
             self._pump()
         except Exception as exc:
             self._internal_error("handling %s", type(msg).__name__, exc=exc)
+
+    def _proved(self, addr: bytes) -> None:
+        """``addr`` signed a message or answered our handshake: it is there, whatever an
+        earlier failed connect said, and may be named to the core by others."""
+        self._second_hand.prove(addr)
+        self._caps.succeeded(addr)
+        link = self._links.get(addr)
+        if link is not None:
+            link.down_until = -math.inf
+
+    async def _probe_loop(self) -> None:
+        """Probe second-hand candidates (a connect and a link handshake, at the rate and
+        within the connect slots ``SecondHand.take_probes`` allows) and hand those that
+        prove their id to the core."""
+        while True:
+            with trio.move_on_after(self.cfg.tick_s):
+                await self._probe_wakeup.wait()
+            self._probe_wakeup = trio.Event()
+            if self._nursery is None or self.core is None:
+                continue
+            for addr in self._second_hand.take_probes(trio.current_time(), self._caps):
+                self._nursery.start_soon(self._probe, addr)
+
+    async def _probe(self, addr: bytes) -> None:
+        where = PeerAddress.from_bytes(addr)  # screened: a valid address
+        ok = False
+        stream: trio.SocketStream | None = None
+        try:
+            with self._caps.connecting(), trio.fail_after(self.cfg.connect_timeout_s):
+                stream = await trio.open_tcp_stream(where.host, where.port)
+                self.transport.connects += 1
+                await self._handshake(_Link(where, 1), stream)
+                ok = True
+        except (
+            OSError,
+            trio.TooSlowError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            RemoteProtocolError,
+        ) as exc:
+            log.debug("probe of %s failed: %s", where, exc)
+        finally:
+            if stream is not None:
+                await _aclose_quietly(stream)
+        now = trio.current_time()
+        if ok:
+            self._proved(addr)
+        else:
+            # Nothing listening: the endpoint backs off for links too; something listening
+            # that is not the id named: for probes only (see ``LinkCaps``).
+            self.transport.connect_failures += 1
+            self._caps.failed(addr, now, probe=stream is not None)
+        msg = self._second_hand.probed(addr, ok)
+        if msg is not None and self.core is not None:
+            self._feed(addr, msg, now)
 
     def _internal_error(self, what: str, *args: object, exc: BaseException) -> None:
         self.internal_errors += 1
@@ -1165,6 +1278,10 @@ class PeerRuntime:
             "tree_nodes": hosted,
             "subscriptions": len(core.overlay.subscriptions()),
             "links": len(self._links),
+            "untrusted": {
+                "second_hand": self._second_hand.status(),
+                "links": self._caps.status(),
+            },
             "rejected": {
                 "total": self.rejections.total + dht.stats.malformed + ostats.malformed,
                 "runtime": dict(sorted(self.rejections.by_reason.items())),
@@ -1236,6 +1353,14 @@ def _drain(link: _Link, batch: list[QueueItem], limit: int) -> None:
             batch.append(link.rx.receive_nowait())
         except trio.WouldBlock:
             return
+
+
+def _peer_host(stream: trio.SocketStream) -> str:
+    """The source address of an accepted connection ("" if the socket cannot tell)."""
+    try:
+        return str(stream.socket.getpeername()[0])
+    except (OSError, IndexError):
+        return ""
 
 
 async def _aclose_quietly(stream: trio.abc.AsyncResource) -> None:
