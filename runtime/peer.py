@@ -194,6 +194,15 @@ TUNING_ENV = "RANGECAST_TEST_TUNING"
 #: given to the core raises instead of being handled, to test the barrier (``_feed``).
 FAULT_ENV = "RANGECAST_TEST_FAULT"
 _TUNABLE_PARTS = ("pastry", "kademlia", "overlay", "quotas", "batching", "trust")
+#: What reaching a peer (connect and link handshake) may raise, whatever the far end does:
+#: refuse, accept and close, reset, time out, answer garbage.
+UNREACHABLE = (
+    OSError,
+    trio.TooSlowError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    RemoteProtocolError,
+)
 
 
 def _coerce(name: str, old: object, text: str) -> object:
@@ -883,13 +892,7 @@ class PeerRuntime:
                                 stream = await trio.open_tcp_stream(link.addr.host, link.addr.port)
                                 link.rtt_ms = max((trio.current_time() - t0) * 1000.0, 0.05)
                                 session = await self._handshake(link, stream)
-                        except (
-                            OSError,
-                            trio.TooSlowError,
-                            trio.BrokenResourceError,
-                            trio.ClosedResourceError,
-                            RemoteProtocolError,
-                        ) as exc:
+                        except UNREACHABLE as exc:
                             # Whatever the far end does (refuse, accept and close, reset,
                             # answer garbage) costs this batch and nothing else.
                             stats.connect_failures += 1
@@ -1179,13 +1182,7 @@ class PeerRuntime:
                 self.transport.connects += 1
                 await self._handshake(_Link(where, 1), stream)
                 ok = True
-        except (
-            OSError,
-            trio.TooSlowError,
-            trio.BrokenResourceError,
-            trio.ClosedResourceError,
-            RemoteProtocolError,
-        ) as exc:
+        except UNREACHABLE as exc:
             log.debug("probe of %s failed: %s", where, exc)
         finally:
             if stream is not None:
