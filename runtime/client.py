@@ -296,6 +296,15 @@ async def connect(host: str, port: int, timeout_s: float = 5.0) -> AsyncIterator
         client = Client(stream, f"the peer at {host}:{port}")
         nursery.start_soon(client._reader)
         try:
+            # Greet at once: the peer closes a connection that has said nothing within its idle
+            # timeout (runtime.quotas), and a reply shows a Rangecast peer is listening.
+            try:
+                with trio.fail_after(timeout_s):
+                    await client.hello()
+            except trio.TooSlowError:
+                raise ConnectionLost(
+                    f"{host}:{port} did not answer a hello within {timeout_s:g} s"
+                ) from None
             yield client
         finally:
             nursery.cancel_scope.cancel()

@@ -502,7 +502,9 @@ def test_a_heavy_pipelining_client_with_neighbours_pausing_crashes_no_peer(
     internal error, the swarm heals, a round equals the oracle, and once the client has gone
     every piece it stored is removed (none orphaned)."""
     n, total, window = 5, 6000, 2000
-    quick = {i: {"RANGECAST_TEST_TUNING": "pastry.dead_ttl_s=3"} for i in range(n)}
+    # The client is meant to be heavy: lift the entry peer's subscription quotas for it.
+    heavy = "quotas.subscriptions_per_connection=100000,quotas.subscriptions_per_address=100000"
+    quick = {i: {"RANGECAST_TEST_TUNING": f"pastry.dead_ttl_s=3,{heavy}"} for i in range(n)}
     swarm = swarm_factory(n, env=quick, extra=["--capacity", "10"])
     rng = random.Random(151)
     workload = thesis_workload(random.Random(152))
