@@ -42,7 +42,7 @@ import msgspec
 
 from rangecast.dht.messages import FoundNodes, JoinReply, JoinRows, LeafSetReply, RowReply
 from rangecast.dht.wire import Handle, Message
-from rangecast.runtime.guard import Rejections, TokenBucket
+from rangecast.runtime.guard import KeyedBuckets, Rejections, TokenBucket
 from rangecast.runtime.identity import ID_BYTES
 
 
@@ -121,7 +121,9 @@ class SecondHand:
         self._candidates: OrderedDict[bytes, Handle] = OrderedDict()
         #: Candidates whose probe is under way.
         self._probing: dict[bytes, Handle] = {}
-        self._senders: OrderedDict[bytes, TokenBucket] = OrderedDict()
+        self._senders = KeyedBuckets[bytes](
+            cfg.per_sender_per_s, cfg.per_sender_burst, cfg.max_proven
+        )
         self._probe_bucket = TokenBucket(cfg.probes_per_s, cfg.probe_burst, now)
         self.probes = 0
         self.probes_failed = 0
@@ -180,7 +182,7 @@ class SecondHand:
                 kept.append(h)
                 continue
             if bucket is None:
-                bucket = self._sender_bucket(src, now)
+                bucket = self._senders.bucket(src, now)
             if not bucket.allow(now):
                 rej.add("second-hand entries over the sender's rate")
                 continue
@@ -194,18 +196,6 @@ class SecondHand:
         if len(kept) == len(getattr(msg, name)):
             return msg
         return msgspec.structs.replace(msg, **{name: kept})
-
-    def _sender_bucket(self, src: bytes, now: float) -> TokenBucket:
-        buckets = self._senders
-        bucket = buckets.get(src)
-        if bucket is None:
-            cfg = self.cfg
-            bucket = buckets[src] = TokenBucket(cfg.per_sender_per_s, cfg.per_sender_burst, now)
-            if len(buckets) > cfg.max_proven:
-                buckets.popitem(last=False)
-        else:
-            buckets.move_to_end(src)
-        return bucket
 
     # ------------------------------------------------------------------------------ probing
 

@@ -15,7 +15,7 @@ import hmac
 import ipaddress
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -135,31 +135,48 @@ class TokenBucket:
         return False
 
 
+K = TypeVar("K", str, bytes)
+
+
+class KeyedBuckets(Generic[K]):
+    """A token bucket per key (a source address, a sender's address) for the ``capacity`` most
+    recently seen keys: the oldest is forgotten (its next message starts a full bucket)."""
+
+    __slots__ = ("_buckets", "burst", "capacity", "rate")
+
+    def __init__(self, rate: float, burst: float, capacity: int) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.capacity = capacity
+        self._buckets: OrderedDict[K, TokenBucket] = OrderedDict()
+
+    def bucket(self, key: K, now: float) -> TokenBucket:
+        buckets = self._buckets
+        bucket = buckets.get(key)
+        if bucket is None:
+            bucket = buckets[key] = TokenBucket(self.rate, self.burst, now)
+            if len(buckets) > self.capacity:
+                buckets.popitem(last=False)
+        else:
+            buckets.move_to_end(key)
+        return bucket
+
+
 class AddressLimiter:
     """A token bucket per source address (IPv6: per /64, which one host can fill), for the
     most recent ``capacity`` addresses: bounds the link-handshake openings (a signature check
     and a key exchange each) that one address can make a peer do. Checked before any crypto."""
 
-    __slots__ = ("_buckets", "burst", "capacity", "rate")
+    __slots__ = ("_buckets",)
 
     def __init__(self, rate: float, burst: float, capacity: int = 4096) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.capacity = capacity
-        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+        self._buckets = KeyedBuckets[str](rate, burst, capacity)
 
     def allow(self, host: str, now: float) -> bool:
         if ":" in host:  # IPv6: the first four groups
             with contextlib.suppress(ValueError):
                 host = ":".join(ipaddress.ip_address(host).exploded.split(":")[:4])
-        bucket = self._buckets.get(host)
-        if bucket is None:
-            bucket = self._buckets[host] = TokenBucket(self.rate, self.burst, now)
-            if len(self._buckets) > self.capacity:
-                self._buckets.popitem(last=False)
-        else:
-            self._buckets.move_to_end(host)
-        return bucket.allow(now)
+        return self._buckets.bucket(host, now).allow(now)
 
 
 class ReplayWindow:
