@@ -313,10 +313,12 @@ def test_an_unwritable_state_directory_is_one_line_naming_the_file(tmp_path: Pat
 
 
 def test_a_taken_port_is_one_line_naming_the_address() -> None:
-    base = _free_base(1)
     with socket.socket() as s:
-        s.bind(("127.0.0.1", base))
+        # The kernel's pick: a port from free_base may still hold a connection in TIME_WAIT,
+        # which a plain bind (no SO_REUSEADDR, unlike the peer's listener) refuses.
+        s.bind(("127.0.0.1", 0))
         s.listen()
+        base = s.getsockname()[1]
         error = _refused("peer", "start", "--listen", f"127.0.0.1:{base}")
     assert f"127.0.0.1:{base}" in error
 
