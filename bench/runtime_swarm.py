@@ -56,6 +56,7 @@ import trio
 
 from rangecast.pubsub.schema import THESIS_SCHEMA
 from rangecast.pubsub.subscription import Subscription
+from rangecast.runtime.admission import AdmissionConfig
 from rangecast.runtime.client import (
     Client,
     ClientSubscription,
@@ -364,6 +365,8 @@ async def bench(
                     kademlia=replace(RUNTIME_KADEMLIA, lookup=args.lookup),
                     quotas=_UNBOUNDED
                     if args.no_admission
+                    else DEFAULT_QUOTAS
+                    if args.saturation_lag_s is None
                     else replace(DEFAULT_QUOTAS, saturation_lag_s=args.saturation_lag_s),
                 ),
                 converge_timeout_s=args.setup_timeout,
@@ -637,6 +640,7 @@ _UNBOUNDED = replace(
     address_publish_burst=1e12,
     saturation_backlog=1 << 62,
     saturation_lag_s=1e12,
+    admission=AdmissionConfig(target_lag_s=1e12),
 )
 
 
@@ -794,10 +798,12 @@ def main() -> int:
     ap.add_argument(
         "--overload-rate", type=float, default=0.0, help="offered events/s (0: use the factor)"
     )
-    # All peers share one loop here, so every hop of an event waits out the same lag: the
-    # bound must be far below a lone peer's (Quotas.saturation_lag_s) to bound the sum.
+    # The peers' own defaults (their adaptive admission rate) unless told otherwise.
     ap.add_argument(
-        "--saturation-lag-s", type=float, default=0.02, help="event-loop lag refusing publishes"
+        "--saturation-lag-s",
+        type=float,
+        default=None,
+        help="event-loop lag refusing publishes outright (default: the peers' own)",
     )
     ap.add_argument(
         "--no-admission",

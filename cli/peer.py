@@ -290,6 +290,24 @@ def _format_status(st: dict[str, Any]) -> str:
         f"{st.get('save_failures', 0)} failed state saves, {st.get('pauses', 0)} pauses, "
         f"{st.get('overlay', {}).get('retries', 0)} install/removal retries"
     )
+    cl = st.get("clients")
+    if cl is not None:
+        refused = sum(cl.get("refused", {}).values())
+        adm = cl.get("admission", {})
+        lines.append(
+            f"clients   {cl.get('connections', 0)} connections from {cl.get('addresses', 0)} "
+            f"addresses, {cl.get('publishes_accepted', 0)} publishes accepted, {refused} "
+            f"requests refused, loop lag {cl.get('lag_s', 0)} s, admission "
+            f"{adm.get('rate_per_s', '-')}/s"
+        )
+    un = st.get("untrusted")
+    if un is not None:
+        sh, lk = un.get("second_hand", {}), un.get("links", {})
+        lines.append(
+            f"untrusted {sh.get('candidates', 0)} second-hand candidates waiting, "
+            f"{sh.get('admitted_after_proof', 0)} admitted after proof, "
+            f"{sum(lk.get('refused', {}).values())} link refusals"
+        )
     return "\n".join(lines)
 
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
+from rangecast.runtime.admission import AdmissionConfig, AdmissionRate
 from rangecast.runtime.guard import Rejections, TokenBucket
 
 
@@ -62,10 +63,14 @@ class Quotas:
     lag_probe_s: float = 0.1
     #: What a refused publish is told to wait before trying again when the peer is saturated.
     busy_retry_s: float = 0.2
+    #: Below those bounds, the adaptive publish rate (``runtime/admission.py``).
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
             value = getattr(self, name)
+            if isinstance(value, AdmissionConfig):
+                continue  # checked by its own __post_init__
             if not (isinstance(value, int | float) and value > 0 and not math.isnan(value)):
                 raise ValueError(f"quotas.{name} must be a positive number, got {value!r}")
 
@@ -125,6 +130,7 @@ class ClientLedger:
         self.notifications_dropped = 0
         #: The event loop's lag at the last probe (s).
         self.lag_s = 0.0
+        self.admission = AdmissionRate(quotas.admission)
 
     # ------------------------------------------------------------------------- connections
 
@@ -154,7 +160,7 @@ class ClientLedger:
 
     # ---------------------------------------------------------------------------- admission
 
-    def saturation(self, backlog: int) -> str | None:
+    def saturation(self, backlog: int, now: float) -> str | None:
         """Why the peer cannot take more publishes now (None: it can). ``backlog``: frames
         queued on its outgoing links."""
         q = self.quotas
@@ -162,6 +168,9 @@ class ClientLedger:
             return f"{backlog} frames queued on its links (limit {q.saturation_backlog})"
         if self.lag_s > q.saturation_lag_s:
             return f"its event loop lags {self.lag_s:.2f} s (limit {q.saturation_lag_s:g} s)"
+        if not self.admission.allow(now):
+            rate = self.admission.rate
+            return f"over its admission rate, {rate:.0f} publishes/s while its event loop lags"
         return None
 
     async def probe_lag(self) -> None:
@@ -171,7 +180,9 @@ class ClientLedger:
         while True:
             start = trio.current_time()
             await trio.sleep(period)
-            self.lag_s = max(trio.current_time() - start - period, 0.0)
+            now = trio.current_time()
+            self.lag_s = max(now - start - period, 0.0)
+            self.admission.observe(self.lag_s, now)
 
     # ------------------------------------------------------------------------------ status
 
@@ -186,6 +197,7 @@ class ClientLedger:
             "notifications_dropped": self.notifications_dropped,
             "backlog_frames": backlog,
             "lag_s": round(self.lag_s, 3),
+            "admission": self.admission.status(),
         }
 
 
@@ -324,7 +336,7 @@ class ClientConnection:
                 f"publish rate: at most {q.address_publish_rate_per_s:g}/s per address",
                 wait,
             )
-        why = ledger.saturation(backlog)
+        why = ledger.saturation(backlog, now)
         if why is not None:
             ledger.refuse(BUSY)
             raise Refusal(BUSY, f"the peer is saturated ({why}): try again", q.busy_retry_s)

@@ -15,8 +15,10 @@ import trio
 import trio.testing
 from runtime_harness import oracle_round
 
+from rangecast.cli.peer import _format_status
 from rangecast.pubsub.peer import OverlayPeer
 from rangecast.runtime import quotas as q
+from rangecast.runtime.admission import AdmissionConfig, AdmissionRate
 from rangecast.runtime.client import Overloaded, RequestError, connect
 from rangecast.runtime.guard import Rejections, frame, wire_codec
 from rangecast.runtime.inprocess import start_local_swarm
@@ -37,6 +39,10 @@ def _clients(peer: PeerRuntime) -> dict[str, Any]:
     status = peer.status()
     assert status["state"] == "ready"
     clients: dict[str, Any] = status["clients"]
+    # ``peer status`` without --json shows the same block in one line.
+    refused = sum(clients["refused"].values())
+    line = next(t for t in _format_status(status).splitlines() if t.startswith("clients"))
+    assert f"{clients['publishes_accepted']} publishes accepted, {refused} requests" in line
     return clients
 
 
@@ -66,10 +72,50 @@ def test_quotas_refuse_nonsense_and_default_once() -> None:
     with pytest.raises(ValueError, match=r"quotas\.publish_rate_per_s"):
         Quotas(publish_rate_per_s=0)
     ledger = ClientLedger(Quotas(saturation_backlog=10, saturation_lag_s=0.5), Rejections())
-    assert ledger.saturation(10) is None
-    assert "frames queued" in (ledger.saturation(11) or "")
+    assert ledger.saturation(10, 0.0) is None
+    assert "frames queued" in (ledger.saturation(11, 0.0) or "")
     ledger.lag_s = 0.6
-    assert "lags" in (ledger.saturation(0) or "")
+    assert "lags" in (ledger.saturation(0, 0.0) or "")
+    with pytest.raises(ValueError, match=r"quotas\.admission\.decrease"):
+        AdmissionConfig(decrease=1.5)
+
+
+def _offer(rate: AdmissionRate, per_s: float, start: float, seconds: float) -> int:
+    """Offer ``per_s`` publishes a second for ``seconds`` from ``start``; how many fit."""
+    n = round(per_s * seconds)
+    return sum(rate.allow(start + i / per_s) for i in range(n))
+
+
+def test_the_admission_rate_backs_off_while_the_loop_lags_and_recovers_after() -> None:
+    cfg = AdmissionConfig(target_lag_s=0.02, decrease=0.5, increase_per_s=100.0,
+                          min_rate_per_s=5.0, max_rate_per_s=1_000.0, burst_s=0.2)  # fmt: skip
+    rate = AdmissionRate(cfg)
+    rate.observe(0.0, 0.0)  # the first probe only starts the first period
+    # Idle and on time: the ceiling, nothing refused.
+    assert _offer(rate, 400.0, 0.0, 0.1) == 40
+    rate.observe(0.0, 0.1)
+    assert rate.rate == 1_000.0
+    # The loop lags: the rate drops to half of what was accepted (400/s), not of the ceiling,
+    # and keeps halving while the lag lasts, down to the floor.
+    t = 0.1
+    accepted = _offer(rate, 400.0, t, 0.1)
+    t += 0.1
+    rate.observe(0.05, t)
+    assert rate.rate == pytest.approx(accepted / 0.1 * 0.5)
+    for _ in range(20):
+        _offer(rate, 400.0, t, 0.1)
+        t += 0.1
+        rate.observe(0.05, t)
+    assert rate.rate == cfg.min_rate_per_s
+    # While the rate is low, most of the offered load is refused (the queue stays outside).
+    assert _offer(rate, 400.0, t, 1.0) < 400 * 0.1
+    t += 1.0
+    # On time again: additive growth, 100/s per second, back to the ceiling.
+    rate.observe(0.0, t + 0.1)
+    assert rate.rate == pytest.approx(cfg.min_rate_per_s + 100.0 * 1.1)
+    rate.observe(0.0, t + 20.0)
+    assert rate.rate == cfg.max_rate_per_s
+    assert rate.status()["cuts"] == 21
 
 
 def test_mass_subscribe_is_refused_beyond_the_quotas_and_counted() -> None:
@@ -302,7 +348,13 @@ def test_a_client_that_never_reads_is_closed_and_its_subscriptions_removed() -> 
                     if target.clients.refused.get(q.SLOW_READER):
                         break
                     await pub.publish(EVENT)  # waits out rate refusals (backpressure)
-            await _until(lambda: _clients(target)["subscriptions"] == 0)
+            # The ledger lets go at once; the overlay's records go when the leaves acknowledge
+            # the removals (later on a busy machine).
+            await _until(
+                lambda: (
+                    _clients(target)["subscriptions"] == 0 and target.status()["subscriptions"] == 0
+                )
+            )
             out["clients"] = _clients(target)
             out["subscriptions"] = target.status()["subscriptions"]
             with trio.move_on_after(30):
