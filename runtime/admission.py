@@ -40,8 +40,8 @@ class AdmissionConfig:
     #: The cut: the rate becomes this times the publishes/s accepted over the last period.
     decrease: float = 0.5
     #: Growth while the loop is on time, in publishes/s per second.
-    increase_per_s: float = 20.0
-    min_rate_per_s: float = 5.0
+    increase_per_s: float = 5.0
+    min_rate_per_s: float = 1.0
     max_rate_per_s: float = 10_000.0
     #: The bucket's depth, in seconds of the current rate.
     burst_s: float = 0.2
