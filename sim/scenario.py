@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.messages import DHT_TABLE
@@ -36,13 +36,17 @@ from rangecast.multicast.topic import TopicConfig, TopicPeer
 from rangecast.pubsub.base import OverlayConfig
 from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import SchemaRegistry
-from rangecast.sim import runlog
 from rangecast.sim.engine import Core, Simulator, cyclic_gc_paused
 from rangecast.sim.latency import LatencyModel, latency_model
 from rangecast.sim.network import ROOT_CACHE, DhtConfig, SimNetwork, dht_config
 from rangecast.sim.options import require_finite
 from rangecast.sim.progress import Progress, as_progress
 from rangecast.sim.streams import stream
+
+if TYPE_CHECKING:
+    # The run log brings pyarrow and numpy (about 60 MB): a peer process that only reads the
+    # option tables (``cli/options.py``) must not pay for them, so it is imported where used.
+    from rangecast.sim import runlog
 
 # ---------------------------------------------------------------------------- parameters
 
@@ -303,6 +307,8 @@ class Scenario(Generic[P, R]):
         if variant is not type(self):
             return variant().run(params, progress, out, force=force)
         params.check()  # type: ignore[attr-defined]
+        from rangecast.sim import runlog
+
         out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
         with cyclic_gc_paused():
             self.prepare(params, as_progress(progress, self.name), out_dir)
@@ -348,6 +354,8 @@ class Scenario(Generic[P, R]):
     def setup_engine(self) -> None:
         """The part of ``setup`` every network shares: latency model, simulator and run log
         (a scenario that runs no DHT, such as the broker systems', builds its nodes after it)."""
+        from rangecast.sim import runlog
+
         p: Any = self.params
         self.model = latency_model(p.latency, p.seed)
         self.sim = self.simulator()
@@ -454,6 +462,8 @@ class Scenario(Generic[P, R]):
 
     def write_log(self, result: R) -> None:
         """Messages, nodes, the scenario's own tables, then ``run.json`` (docs/run-logs.md)."""
+        from rangecast.sim import runlog
+
         out_dir, log = self.out_dir, self.messages_log
         assert out_dir is not None and log is not None
         self.say(f"writing the run log to {out_dir}")
