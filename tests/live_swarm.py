@@ -18,11 +18,11 @@ from typing import Any
 import trio
 from test_runtime_cli import free_base
 
+from rangecast.dht.wire import Message
 from rangecast.pubsub.peer import OverlayPeer
 from rangecast.runtime.client import connect
 from rangecast.runtime.guard import FrameReader, frame, wire_codec
 from rangecast.runtime.identity import Identity, PeerAddress
-from rangecast.dht.wire import Message
 
 RANGECAST = [sys.executable, "-m", "rangecast.cli.main"]
 #: This suite's ports (test_runtime_cli uses 7600-7700, test_runtime_resilience 7700-7900).
@@ -33,9 +33,7 @@ WIRE = wire_codec(*OverlayPeer.TABLES)
 class LiveSwarm:
     """``n`` peer processes, the first alone, the others joining it; ``env`` per peer index."""
 
-    def __init__(
-        self, tmp: Path, n: int, env: dict[int, dict[str, str]], extra: list[str]
-    ) -> None:
+    def __init__(self, tmp: Path, n: int, env: dict[int, dict[str, str]], extra: list[str]) -> None:
         self.tmp = tmp
         base = free_base(n, PORT_LO, PORT_HI)
         self.ports = [base + i for i in range(n)]

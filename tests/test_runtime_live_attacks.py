@@ -52,9 +52,14 @@ pytestmark = pytest.mark.slow
 
 CORE = codec_for(*OverlayPeer.TABLES)
 N = 6
-#: Resident memory any peer process may reach during any attack (MiB): about 1.5 times the
-#: largest peak measured (docs/runtime.md, "Attack suite").
-RSS_BOUND_MIB = 150.0
+#: Resident memory any peer process may reach during any attack (MiB): 1.5 times the largest
+#: peak measured, 127 MiB, of which 121 MiB is a peer at rest (docs/runtime.md, "Attack suite").
+RSS_BOUND_MIB = 192.0
+#: How much any peer process may grow during any one attack (MiB): measured at most 4.1 (20
+#: half frames of 190 KB held at once among them); 1.5 times that is allocator noise, so 16,
+#: still far below what the issue measured before the limits (+89 MB under a flood, +250 MB
+#: under made-up routing entries).
+GROWTH_BOUND_MIB = 16.0
 #: Short client timeouts, so that the slowloris and never-reading attacks end in seconds, and
 #: subscription quotas a mass subscribe reaches in seconds; everything else at its default.
 TUNING = ",".join(
@@ -66,7 +71,7 @@ TUNING = ",".join(
         "quotas.subscriptions_per_address=1500",
     )
 )
-EVENT = {"Attr1": 50.0, "Attr2": 0.0, "Attr3": 1.0, "Attr4": 2.0}
+EVENT: dict[str, float | None] = {"Attr1": 50.0, "Attr2": 0.0, "Attr3": 1.0, "Attr4": 2.0}
 #: What each attack measured (peak RSS per peer, counters), printed with ``-s``.
 MEASURED: dict[str, dict[str, Any]] = {}
 
@@ -77,7 +82,6 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSwarm]:
     s = LiveSwarm(tmp_path_factory.mktemp("live"), N, env, ["--id-difficulty", "0"])
     try:
         assert trio.run(wait_for, lambda: leaf_sets_full(s.ports), 120)
-        s.baseline = s.rss_mib()  # type: ignore[attr-defined]
         yield s
     finally:
         s.stop()
@@ -85,28 +89,39 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSwarm]:
             print(f"{name}: {m}")
 
 
-async def _sampling(swarm: LiveSwarm, attack: Callable[[], Awaitable[Any]]) -> tuple[Any, float]:
-    """Run ``attack`` while sampling every peer's RSS; (its result, the largest sample)."""
-    peak = max(swarm.rss_mib())
+async def _sampling(
+    swarm: LiveSwarm, attack: Callable[[], Awaitable[Any]]
+) -> tuple[Any, list[float], list[float]]:
+    """Run ``attack`` while sampling every peer's RSS every 0.1 s: (its result, each peer's
+    RSS before it, each peer's largest sample)."""
+    start = swarm.rss_mib()
+    peaks = list(start)
 
-    async def sample() -> None:
-        nonlocal peak
+    def sample() -> None:
+        peaks[:] = [max(a, b) for a, b in zip(peaks, swarm.rss_mib(), strict=True)]
+
+    async def sampler() -> None:
         while True:
-            peak = max(peak, *swarm.rss_mib())
+            sample()
             await trio.sleep(0.1)
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(sample)
+        nursery.start_soon(sampler)
         result = await attack()
-        peak = max(peak, *swarm.rss_mib())
+        sample()
         nursery.cancel_scope.cancel()
-    return result, peak
+    return result, start, peaks
 
 
-def _after(swarm: LiveSwarm, name: str, target: int, peak: float, seed: int) -> dict[str, Any]:
-    """The checks every attack ends with; returns the target's ``peer status --json``."""
+def _after(
+    swarm: LiveSwarm, name: str, target: int, start: list[float], peaks: list[float], seed: int
+) -> dict[str, Any]:
+    """The checks every attack ends with (``start``, ``peaks``: each peer's RSS before the
+    attack and its peak during it); returns the target's ``peer status --json``."""
     assert swarm.alive() == [True] * N, [swarm.log(i)[-2000:] for i in range(N)]
-    assert peak < RSS_BOUND_MIB, (name, peak)
+    growth = max(b - a for a, b in zip(start, peaks, strict=True))
+    assert max(peaks) < RSS_BOUND_MIB, (name, peaks)
+    assert growth < GROWTH_BOUND_MIB, (name, start, peaks)
     ports = swarm.ports
     other, third = ports[(target + 2) % N], ports[(target + 4) % N]
 
@@ -118,7 +133,7 @@ def _after(swarm: LiveSwarm, name: str, target: int, peak: float, seed: int) -> 
     assert oracle == (0, 0, 0), name
     for st in states:
         assert st["state"] == "ready" and st["internal_errors"] == 0
-    MEASURED[name] = {"rss_peak_mib": round(peak, 1), "baseline": swarm.baseline}  # type: ignore[attr-defined]
+    MEASURED[name] = {"rss_peak_mib": round(max(peaks), 1), "growth_mib": round(growth, 1)}
     return cli_status(ports[target])
 
 
@@ -154,8 +169,8 @@ def test_mass_subscribe(swarm: LiveSwarm) -> None:
         await wait_for(lambda: _no_clients(port), 60)
         return {"before": before, "during": during, "accepted": accepted, "refused": refused}
 
-    out, peak = trio.run(_sampling, swarm, attack)
-    st = _after(swarm, "mass subscribe", target, peak, seed=201)
+    out, start, peaks = trio.run(_sampling, swarm, attack)
+    st = _after(swarm, "mass subscribe", target, start, peaks, seed=201)
     before = out["before"]
     assert out["accepted"] == 1500 and out["refused"] == 30 + 1800 - 1500
     assert out["during"]["clients"]["subscriptions"] == 1500
@@ -174,7 +189,8 @@ async def _no_clients(port: int) -> bool:
 
 def test_publish_flood(swarm: LiveSwarm) -> None:
     """From 127.0.0.3: two connections, each pipelining 1,500 publishes as fast as TCP takes
-    them. Beyond each connection's burst (400) and rate (200/s) they are refused."""
+    them. Beyond each connection's burst (400) and rate (200/s), or while the peer is saturated
+(its loop lagging), they are refused with a reason, each refusal counted."""
     target, src = 2, "127.0.0.3"
     port = swarm.ports[target]
     per = 1500
@@ -196,8 +212,8 @@ def test_publish_flood(swarm: LiveSwarm) -> None:
         await wait_for(lambda: _no_clients(port), 60)
         return {"before": before, **counts}
 
-    out, peak = trio.run(_sampling, swarm, attack)
-    st = _after(swarm, "publish flood", target, peak, seed=202)
+    out, start, peaks = trio.run(_sampling, swarm, attack)
+    st = _after(swarm, "publish flood", target, start, peaks, seed=202)
     before = out["before"]
     assert out["accepted"] + out["refused"] == 2 * per
     reasons = (q.PUBLISH_RATE, q.PUBLISH_ADDRESS, q.BUSY)
@@ -245,10 +261,12 @@ def test_slowloris_and_half_frames(swarm: LiveSwarm) -> None:
         await wait_for(lambda: _no_clients(port), 60)
         return {"before": before}
 
-    out, peak = trio.run(_sampling, swarm, attack)
-    st = _after(swarm, "slowloris", target, peak, seed=203)
+    out, start, peaks = trio.run(_sampling, swarm, attack)
+    st = _after(swarm, "slowloris", target, start, peaks, seed=203)
     before = out["before"]
-    delta = {r: _refused(st, r) - _refused(before, r) for r in (q.HALF_FRAME, q.IDLE, q.CONNECTIONS)}
+    delta = {
+        r: _refused(st, r) - _refused(before, r) for r in (q.HALF_FRAME, q.IDLE, q.CONNECTIONS)
+    }
     assert delta[q.HALF_FRAME] == 40
     # The last 6 find the address full (had a slot freed first, that one is closed as idle).
     assert delta[q.IDLE] + delta[q.CONNECTIONS] == 30 and delta[q.CONNECTIONS] > 0
@@ -258,7 +276,7 @@ def test_slowloris_and_half_frames(swarm: LiveSwarm) -> None:
 def test_a_client_that_never_reads(swarm: LiveSwarm) -> None:
     """From 127.0.0.5, with a 4 KB receive window: 20 subscriptions matching every event, then
     never a read while an honest client publishes through another peer. The peer closes it
-    (its queue full or its writes stalled 2 s) and removes its subscriptions."""
+    (its writes stalled 2 s) and removes its subscriptions."""
     target, src = 4, "127.0.0.5"
     port = swarm.ports[target]
 
@@ -288,8 +306,8 @@ def test_a_client_that_never_reads(swarm: LiveSwarm) -> None:
         await wait_for(lambda: _no_clients(port), 60)
         return {"before": before, "published": published, "closed": closed}
 
-    out, peak = trio.run(_sampling, swarm, attack)
-    st = _after(swarm, "never-reading client", target, peak, seed=204)
+    out, start, peaks = trio.run(_sampling, swarm, attack)
+    st = _after(swarm, "never-reading client", target, start, peaks, seed=204)
     before = out["before"]
     assert _refused(st, q.SLOW_READER) - _refused(before, q.SLOW_READER) == 1
     dropped = st["clients"]["notifications_dropped"] - before["clients"]["notifications_dropped"]
@@ -342,8 +360,8 @@ def test_replayed_handshake_openings(swarm: LiveSwarm) -> None:
                 nursery.start_soon(replay, OPENINGS // 12)
         return {"before": before, "answered": answered, "closed": closed}
 
-    out, peak = trio.run(_sampling, swarm, attack)
-    st = _after(swarm, "replayed handshakes", target, peak, seed=205)
+    out, start, peaks = trio.run(_sampling, swarm, attack)
+    st = _after(swarm, "replayed handshakes", target, start, peaks, seed=205)
     limited = "handshake rate limited"
     delta = st["rejected"]["runtime"].get(limited, 0) - out["before"]["rejected"]["runtime"].get(
         limited, 0
@@ -415,18 +433,19 @@ def test_fake_routing_entries(swarm: LiveSwarm) -> None:
             nursery.cancel_scope.cancel()
         return {"before": before, "after": after}
 
-    out, peak = trio.run(_sampling, swarm, attack)
-    st = _after(swarm, "fake routing entries", 0, peak, seed=206)
+    out, start, peaks = trio.run(_sampling, swarm, attack)
+    st = _after(swarm, "fake routing entries", 0, start, peaks, seed=206)
     real = {f"127.0.0.1:{p}" for p in swarm.ports}
     cap = "second-hand entries over the per-message cap"
     for b, a in zip(out["before"], out["after"], strict=True):
         members = {m.split("@")[-1] for m in (*a["leaf_set"]["left"], *a["leaf_set"]["right"])}
         assert members <= real
         assert a["rejected"]["runtime"].get(cap, 0) > b["rejected"]["runtime"].get(cap, 0)
-        assert a["untrusted"]["second_hand"]["probes_failed"] > b["untrusted"]["second_hand"][
-            "probes_failed"
-        ]
-        assert a["links"] < 64
+        assert (
+            a["untrusted"]["second_hand"]["probes_failed"]
+            > b["untrusted"]["second_hand"]["probes_failed"]
+        )
+        assert a["links"] < 64  # a handful in a swarm of six, not a link per made-up id
     # One probe at a time per endpoint, then backed off: a handful per peer, not thousands.
     assert 0 < trap_hits <= 6 * len(honest)
     assert st["rejected"]["runtime"][cap] > 0
