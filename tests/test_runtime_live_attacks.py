@@ -190,7 +190,7 @@ async def _no_clients(port: int) -> bool:
 def test_publish_flood(swarm: LiveSwarm) -> None:
     """From 127.0.0.3: two connections, each pipelining 1,500 publishes as fast as TCP takes
     them. Beyond each connection's burst (400) and rate (200/s), or while the peer is saturated
-(its loop lagging), they are refused with a reason, each refusal counted."""
+    (its loop lagging), they are refused with a reason, each refusal counted."""
     target, src = 2, "127.0.0.3"
     port = swarm.ports[target]
     per = 1500
