@@ -474,7 +474,8 @@ def _demotions(st: Any) -> int:
 def test_a_peer_that_drops_everything_is_detected(tmp_path: Path) -> None:
     """Eight peers, peer 5 acknowledging hops and dropping what it should handle or forward.
     Before detection a round loses deliveries (or the drop is already noticed); rounds repeat
-    (at most 8) until an honest peer has demoted it; then a round equals the oracle."""
+    (at most 8) until an honest peer has demoted it (a status counter named ``demot...``:
+    ``dht.end_to_end.demoted`` in the detection being built); then a round equals the oracle."""
     n, bad = 8, 5
     tuning = {i: {"RANGECAST_TEST_TUNING": TUNING} for i in range(n)}
     tuning[bad] = {**tuning[bad], "RANGECAST_TEST_FAULT": "drop-all"}
@@ -483,6 +484,12 @@ def test_a_peer_that_drops_everything_is_detected(tmp_path: Path) -> None:
     try:
 
         async def main() -> tuple[tuple[int, int, int], int, int, tuple[int, int, int]]:
+            with trio.fail_after(900):  # a guard against a hang: ten rounds at most
+                return await rounds_until_demoted()
+
+        async def rounds_until_demoted() -> tuple[
+            tuple[int, int, int], int, int, tuple[int, int, int]
+        ]:
             assert await wait_for(lambda: leaf_sets_full(s.ports), 120)
             subs, pubs = (honest[0], honest[3]), (honest[1], honest[5])
             first = await oracle_round(subs, pubs, 301, 30, 40)
