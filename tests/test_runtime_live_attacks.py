@@ -55,7 +55,7 @@ N = 6
 #: Resident memory any peer process may reach during any attack (MiB): 1.5 times the largest
 #: peak measured, 127 MiB, of which 121 MiB is a peer at rest (docs/runtime.md, "Attack suite").
 RSS_BOUND_MIB = 192.0
-#: How much any peer process may grow during any one attack (MiB): measured at most 4.1 (20
+#: How much any peer process may grow during any one attack (MiB): measured at most 4.4 (20
 #: half frames of 190 KB held at once among them); 1.5 times that is allocator noise, so 16,
 #: still far below what the issue measured before the limits (+89 MB under a flood, +250 MB
 #: under made-up routing entries).
