@@ -46,6 +46,7 @@ from typing import Any
 from rangecast.dht.core import T_ACK, Application, DhtCore, NodeStats, Proximity, State
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
+from rangecast.dht.locality import spread
 from rangecast.dht.messages import (
     Announce,
     Direct,
@@ -193,7 +194,7 @@ class PastryNode(DhtCore):
         cands = [self.me, *self.leaves.members()]
         space = self.space
         cands.sort(key=lambda p: (space.distance(p.id, key), p.id))
-        return cands[:k]
+        return cands[:k] if self.locality is None else spread(cands, k, self.locality)
 
     def local_lookup(self, key: int, n: int) -> list[Peer]:
         """Up to ``n`` known nodes usable as next hops towards ``key``, best first: longer

@@ -95,6 +95,7 @@ from rangecast.runtime.identity import (
     Identity,
     PeerAddress,
     StateDir,
+    address_group,
     check_difficulty,
     meets_puzzle,
     node_id_of,
@@ -478,6 +479,9 @@ class PeerRuntime:
             config=self.cfg.dht_config,
             proximity=self._rtt,
         )
+        # Replica sets spread across /24s and /48s: one network's many ids cannot hold every
+        # copy of a tree node (``dht.locality``).
+        dht.locality = lambda peer: address_group(peer.addr)
         self._node = dht
         self.core = OverlayPeer(
             dht,
