@@ -86,7 +86,7 @@ def test_a_group_holding_the_k_closest_ids_does_not_hold_the_whole_replica_set(k
     for _ in range(20):
         key = rng.getrandbits(space.bits)
         root = net.nodes[oracle.root(key)]
-        closest = sorted(net.nodes, key=lambda nd, key=key: (space.distance(nd.id, key), nd.id))
+        closest = sorted(net.nodes, key=lambda nd: (space.distance(nd.id, key), nd.id))
         attacker = {nd.id for nd in closest[:k]}  # the attacker's ids: the k closest to key
 
         def group(p: Peer, attacker: set[int] = attacker) -> Hashable:
@@ -108,9 +108,7 @@ def test_a_group_holding_the_k_closest_ids_does_not_hold_the_whole_replica_set(k
 # ------------------------------------------------------- the attacker's prefix crashes whole
 
 
-def test_without_spread_the_attackers_prefix_holds_whole_tree_nodes_and_takes_them_along() -> (
-    None
-):
+def test_without_spread_the_attackers_prefix_holds_whole_tree_nodes_and_takes_them_along() -> None:
     # Refresh off: what replication alone keeps (the subscribers' refresh would re-install).
     r = run_prefix_attack(
         nodes=120, spread=False, events=60, seed=4, overlay=OverlayConfig(refresh_s=math.inf)
