@@ -162,6 +162,11 @@ class Replication(NodeBase):
                 self._send(p, ReplicaDrop(self._ref(key)), now)
         self._replica_of[key] = want
 
+    def replica_sets(self) -> dict[NodeKey, list[Peer]]:
+        """For every tree node hosted here: this peer, then the peers holding its copies."""
+        me = self.dht.me
+        return {key: [me, *self._replica_of.get(key, {}).values()] for key in self.nodes}
+
     # ------------------------------------------------------------ changes, to the replicas
 
     def _replicate_state(self, key: NodeKey, node: TreeNode, now: float) -> None:

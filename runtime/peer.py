@@ -1325,6 +1325,13 @@ class PeerRuntime:
                 "recreated": ostats.recreated,
                 "retries": ostats.retries,
                 "replicas_held": len(core.overlay.replicas),
+                # Tree nodes hosted here whose every copy is in one /24 or /48 (dht.locality):
+                # expected only where the neighbourhood has a single prefix (one host).
+                "replica_sets_one_prefix": sum(
+                    1
+                    for holders in core.overlay.replica_sets().values()
+                    if len(holders) > 1 and len({address_group(p.addr) for p in holders}) == 1
+                ),
             },
         }
 
