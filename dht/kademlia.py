@@ -449,7 +449,8 @@ class KademliaNode(DhtCore):
         return self.table.nearest(key)
 
     def replica_set(self, key: int, k: int) -> list[Peer]:
-        """Up to ``k`` nodes XOR-closest to ``key`` first, among our contacts and ourselves."""
+        """Up to ``k`` nodes XOR-closest to ``key`` first, among our contacts and ourselves;
+        with ``locality``, spread across address groups (``dht.locality.spread``)."""
         if k < 0:
             raise LocalProtocolError("k must be >= 0")
         # Spreading across address groups chooses among a wider neighbourhood of the key

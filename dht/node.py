@@ -188,7 +188,8 @@ class PastryNode(DhtCore):
 
     def replica_set(self, key: int, k: int) -> list[Peer]:
         """Up to ``k`` nodes, numerically closest to ``key`` first, among the leaf set and
-        this node (only meaningful for k <= leaf_set_size / 2 + 1)."""
+        this node (only meaningful for k <= leaf_set_size / 2 + 1); with ``locality``, spread
+        across address groups (``dht.locality.spread``)."""
         if k < 0:
             raise LocalProtocolError("k must be >= 0")
         cands = [self.me, *self.leaves.members()]

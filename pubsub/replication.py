@@ -20,6 +20,12 @@ failures):
   joined), as a ``ReplicaPut`` with ``handoff`` set; the new root merges it with any version it
   already has (a hand-off that crossed a promotion keeps every piece).
 
+With a locality function (``dht.locality``: the runtime's /24s and /48s) the replica set keeps
+the root and its heir, then prefers peers of address groups not in it yet, so one network's many
+ids cannot hold every copy. A copy may then sit on a peer that is not next in line: when the
+primary it came from has left this peer's neighbourhood and the key's root is another peer, the
+copy is *re-homed* there as a hand-off (``_rehome``; without a locality function, never).
+
 The LeafNodeRoutingTable is not replicated: a promoted internal node starts from its two
 children, which forward further, and refines it from the LeafUpdates that follow. A peer that
 joined holds probes for nodes it does not host yet for ``handoff_wait_s`` (``pubsub.host``): the
