@@ -17,6 +17,7 @@ from rangecast.dht.routing import Peer
 from rangecast.dht.wire import codec_for
 from rangecast.pubsub.base import OverlayConfig
 from rangecast.runtime.identity import ID_BYTES, PeerAddress, address_group
+from rangecast.sim.churn_experiment import Churn, ChurnParams
 from rangecast.sim.engine import Simulator
 from rangecast.sim.latency import SyntheticLatency
 from rangecast.sim.network import SimNetwork
@@ -150,3 +151,39 @@ def test_kademlia_spreads_too() -> None:
     )
     assert r["captured"] == 0
     assert r["subscriptions_lost"] == 0
+
+
+# ------------------------------------------- the usual churn, with replica sets spread
+
+
+class _SpreadChurn(Churn):
+    """``rangecast sim churn`` with every peer (joiners too) in one of five address groups."""
+
+    def bootstrap(self) -> None:
+        super().bootstrap()
+        for peer in self.peers:
+            peer.dht.locality = _five_groups
+
+
+def _five_groups(peer: Peer) -> Hashable:
+    return peer.id % 5
+
+
+@pytest.mark.parametrize(
+    ("fail", "joins", "dht"), [(0.2, 0, "pastry"), (0.0, 50, "pastry"), (0.2, 0, "kademlia")]
+)
+def test_spread_replica_sets_survive_a_mass_crash_and_hand_off_to_joiners(
+    fail: float, joins: int, dht: str
+) -> None:
+    r = _SpreadChurn.run_json(
+        ChurnParams(nodes=200, events=200, fail_fraction=fail, joins=joins, replicas=3, seed=5,
+                    dht=dht)
+    )  # fmt: skip
+    assert r["subscriptions_lost"] == 0
+    assert r["delivery_recall"] == 1.0
+    assert r["duplicates"] == r["false_positives"] == 0
+    if joins:
+        assert r["joins_completed"] == joins
+        assert r["overlay"]["handed_off"] > 0
+    else:
+        assert r["overlay"]["promoted"] > 0
