@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
 from rangecast.dht.ids import IdSpace
+from rangecast.dht.locality import Locality
 from rangecast.dht.messages import DHT_TABLE, Direct, HopAck, JoinRequest, Route
 from rangecast.dht.routing import Peer
 from rangecast.dht.timers import TimerHeap
@@ -118,6 +119,7 @@ class DhtCore:
         "by_join",
         "cfg",
         "codec",
+        "locality",
         "me",
         "proximity",
         "rng",
@@ -170,6 +172,9 @@ class DhtCore:
         #: Entered an existing overlay through the join protocol (rather than starting one or
         #: being bootstrapped with the whole membership): its keys are still being handed over.
         self.by_join = False
+        #: The address group of a peer (``dht.locality``), set by a driver that knows addresses
+        #: (the runtime): replica sets then spread across groups. None: the k closest.
+        self.locality: Locality | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.space.hexid(self.me.id)[:8]}…, {self.state.value})"

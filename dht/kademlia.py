@@ -62,6 +62,7 @@ from kademlia.routing import KBucket
 from rangecast.dht.core import T_ACK, Application, DhtCore, NodeStats, Proximity, State
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
+from rangecast.dht.locality import spread
 from rangecast.dht.messages import Direct, FindNode, FoundNodes, HopAck, Leave, Ping, Pong, Route
 from rangecast.dht.routing import Peer
 from rangecast.dht.wire import Codec, Message
@@ -448,13 +449,17 @@ class KademliaNode(DhtCore):
         return self.table.nearest(key)
 
     def replica_set(self, key: int, k: int) -> list[Peer]:
-        """Up to ``k`` nodes XOR-closest to ``key`` first, among our contacts and ourselves."""
+        """Up to ``k`` nodes XOR-closest to ``key`` first, among our contacts and ourselves;
+        with ``locality``, spread across address groups (``dht.locality.spread``)."""
         if k < 0:
             raise LocalProtocolError("k must be >= 0")
-        cands = self.table.closest(key, k)
+        # Spreading across address groups chooses among a wider neighbourhood of the key
+        # (as wide as Pastry's leaf set is to its siblings).
+        wide = k if self.locality is None else max(k, 2 * self.cfg.siblings)
+        cands = self.table.closest(key, wide)
         cands.append(self.me)
         cands.sort(key=lambda p: p.id ^ key)
-        return cands[:k]
+        return cands[:k] if self.locality is None else spread(cands, k, self.locality)
 
     def known_peers(self) -> list[Peer]:
         return list(self.table.peers())

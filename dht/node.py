@@ -46,6 +46,7 @@ from typing import Any
 from rangecast.dht.core import T_ACK, Application, DhtCore, NodeStats, Proximity, State
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
+from rangecast.dht.locality import spread
 from rangecast.dht.messages import (
     Announce,
     Direct,
@@ -187,13 +188,14 @@ class PastryNode(DhtCore):
 
     def replica_set(self, key: int, k: int) -> list[Peer]:
         """Up to ``k`` nodes, numerically closest to ``key`` first, among the leaf set and
-        this node (only meaningful for k <= leaf_set_size / 2 + 1)."""
+        this node (only meaningful for k <= leaf_set_size / 2 + 1); with ``locality``, spread
+        across address groups (``dht.locality.spread``)."""
         if k < 0:
             raise LocalProtocolError("k must be >= 0")
         cands = [self.me, *self.leaves.members()]
         space = self.space
         cands.sort(key=lambda p: (space.distance(p.id, key), p.id))
-        return cands[:k]
+        return cands[:k] if self.locality is None else spread(cands, k, self.locality)
 
     def local_lookup(self, key: int, n: int) -> list[Peer]:
         """Up to ``n`` known nodes usable as next hops towards ``key``, best first: longer

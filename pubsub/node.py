@@ -131,6 +131,7 @@ class PubSubNode(Subscriber, Publisher, TreeHost, Replication, NodeBase, Applica
         #: The heap's list, read by ``get_timer`` (and ``OverlayPeer``) without a call.
         self._timer_heap = self._timers.heap
         self._replica_of = {}
+        self._held_from = {}
         self._ready_at = -math.inf
         self._codec = dht.codec
         # The dissemination strategies, chosen once: the node calls their bound methods.

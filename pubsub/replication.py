@@ -20,6 +20,12 @@ failures):
   joined), as a ``ReplicaPut`` with ``handoff`` set; the new root merges it with any version it
   already has (a hand-off that crossed a promotion keeps every piece).
 
+With a locality function (``dht.locality``: the runtime's /24s and /48s) the replica set keeps
+the root and its heir, then prefers peers of address groups not in it yet, so one network's many
+ids cannot hold every copy. A copy may then sit on a peer that is not next in line: when the
+primary it came from has left this peer's neighbourhood and the key's root is another peer, the
+copy is *re-homed* there as a hand-off (``_rehome``; without a locality function, never).
+
 The LeafNodeRoutingTable is not replicated: a promoted internal node starts from its two
 children, which forward further, and refines it from the LeafUpdates that follow. A peer that
 joined holds probes for nodes it does not host yet for ``handoff_wait_s`` (``pubsub.host``): the
@@ -55,6 +61,8 @@ class Replication(NodeBase):
 
     #: For each tree node hosted here: the peers currently holding its replicas.
     _replica_of: dict[NodeKey, dict[int, Peer]]
+    #: With spread replica sets: for each copy held here, the id of the primary it came from.
+    _held_from: dict[NodeKey, int]
 
     # ---------------------------------------------------------------------- DHT upcalls
 
@@ -92,9 +100,35 @@ class Replication(NodeBase):
         for key in list(self.replicas):
             if key in self.replicas and self.dht.next_hop(self._key(*key)) is None:
                 self._promote(key, now)
+        if self.dht.locality is not None:
+            self._rehome(now)
+
+    def _rehome(self, now: float) -> None:
+        """With replica sets spread across address groups (``dht.locality``), a copy may sit
+        on a peer that is not next in line for the key: when the primary it came from is gone
+        (no longer a neighbour) and the key's root is another peer, the copy goes to that root
+        as a hand-off (merged there, every piece kept), and the root spreads its set anew.
+        Otherwise an honest copy could outlive the peers of an attacker's prefix that held the
+        key and serve nobody. A live primary that is no longer root hands off by itself."""
+        held = self._held_from
+        for key in [key for key in held if key not in self.replicas]:
+            del held[key]
+        if not self.replicas:
+            return
+        me = self.dht.me.id
+        near = {p.id for p in self.dht.neighbours()}
+        for key, node in list(self.replicas.items()):
+            root = self.dht.replica_set(self._key(*key), 1)[0]
+            was = held.setdefault(key, root.id)
+            if root.id in (was, me) or was in near:
+                continue
+            held[key] = root.id
+            self._send(root, self._state_of(key, node, handoff=True), now)
+            self.stats.handed_off += 1
 
     def _promote(self, key: NodeKey, now: float) -> TreeNode:
         node = self.replicas.pop(key)
+        self._held_from.pop(key, None)
         self.nodes[key] = node
         self.stats.promoted += 1
         self._sync_replicas(key, node, now)
@@ -117,6 +151,7 @@ class Replication(NodeBase):
             self.stats.handed_off += 1
             if any(p.id == me.id for p in rs):
                 self.replicas[key] = node
+                self._held_from[key] = rs[0].id
             return
         want = {p.id: p for p in rs[1:]}
         have = self._replica_of.get(key, {})
@@ -132,6 +167,11 @@ class Replication(NodeBase):
             if i not in want:
                 self._send(p, ReplicaDrop(self._ref(key)), now)
         self._replica_of[key] = want
+
+    def replica_sets(self) -> dict[NodeKey, list[Peer]]:
+        """For every tree node hosted here: this peer, then the peers holding its copies."""
+        me = self.dht.me
+        return {key: [me, *self._replica_of.get(key, {}).values()] for key in self.nodes}
 
     # ------------------------------------------------------------ changes, to the replicas
 
@@ -182,6 +222,8 @@ class Replication(NodeBase):
         if not msg.handoff:
             if key not in self.nodes:
                 self.replicas[key] = incoming
+                if sender is not None:
+                    self._held_from[key] = self.dht.space.from_bytes(sender.id)
             return
         node = self.nodes.get(key)
         if node is None:

@@ -127,6 +127,25 @@ class PeerAddress:
         return f"{self.node_id.hex()[:12]}@{self.endpoint}"
 
 
+#: Replica sets spread across address groups (``dht.locality``): peers whose IPv4 addresses
+#: share their first 24 bits, or IPv6 addresses their first 48 (one site's allocation), count
+#: as one group, which may be one operator's.
+IPV4_GROUP_BITS = 24
+IPV6_GROUP_BITS = 48
+
+
+def address_group(addr: bytes) -> bytes:
+    """The address group of a core's peer address (``PeerAddress.to_bytes``): the version and
+    network prefix of its IP. An address of another shape is a group of its own (it is never
+    an error: the core calls this on whatever its tables hold)."""
+    ip = addr[ID_BYTES + 2 :]
+    if len(ip) == 4:
+        return b"4" + ip[: IPV4_GROUP_BITS // 8]
+    if len(ip) == 16:
+        return b"6" + ip[: IPV6_GROUP_BITS // 8]
+    return addr
+
+
 def parse_endpoint(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` for IPv6) from a user; a clear error otherwise."""
     host, sep, port_s = text.rpartition(":")

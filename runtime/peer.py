@@ -95,6 +95,7 @@ from rangecast.runtime.identity import (
     Identity,
     PeerAddress,
     StateDir,
+    address_group,
     check_difficulty,
     meets_puzzle,
     node_id_of,
@@ -478,6 +479,9 @@ class PeerRuntime:
             config=self.cfg.dht_config,
             proximity=self._rtt,
         )
+        # Replica sets spread across /24s and /48s: one network's many ids cannot hold every
+        # copy of a tree node (``dht.locality``).
+        dht.locality = lambda peer: address_group(peer.addr)
         self._node = dht
         self.core = OverlayPeer(
             dht,
@@ -1321,6 +1325,13 @@ class PeerRuntime:
                 "recreated": ostats.recreated,
                 "retries": ostats.retries,
                 "replicas_held": len(core.overlay.replicas),
+                # Tree nodes hosted here whose every copy is in one /24 or /48 (dht.locality):
+                # expected only where the neighbourhood has a single prefix (one host).
+                "replica_sets_one_prefix": sum(
+                    1
+                    for holders in core.overlay.replica_sets().values()
+                    if len(holders) > 1 and len({address_group(p.addr) for p in holders}) == 1
+                ),
             },
         }
 
