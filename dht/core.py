@@ -460,7 +460,9 @@ class DhtCore:
     def _e2e_arm(self, uid: int, track: Track, now: float) -> None:
         assert track.next_hop is not None
         cfg = self.cfg
-        unit = cfg.ack_floor_s + cfg.ack_rtt_factor * (self.proximity(track.next_hop) / 1000.0)
+        # The same unit on every hop, whatever its own link's RTT: a downstream hop on a slower
+        # link must still time out before its upstream does.
+        unit = cfg.ack_floor_s + cfg.ack_rtt_factor * cfg.e2e_rtt_s
         track.deadline = now + unit * max(1, cfg.e2e_hops - track.hops)
         self._timers.push(track.deadline, T_E2E, uid)
 

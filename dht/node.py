@@ -96,9 +96,11 @@ class PastryConfig:
     #: ``demote_after`` losses in a row demoted (failed, and its id quarantined for
     #: ``quarantine_s``). Off in the simulator (its figures predate it); real peers turn it on.
     e2e_acks: bool = False
-    #: Path length the end-to-end deadlines are nested over (a hop with h hops behind it waits
-    #: ``max(1, e2e_hops - h)`` hop-ack deadlines), so the hop nearest a loss times out first.
+    #: Path length the end-to-end deadlines are nested over: a hop with h hops behind it waits
+    #: ``max(1, e2e_hops - h)`` units of ``ack_floor_s + ack_rtt_factor * e2e_rtt_s`` (the
+    #: same unit on every hop, bounding a hop's RTT), so the hop nearest a loss times out first.
     e2e_hops: int = 6
+    e2e_rtt_s: float = 0.25
     demote_after: int = 3
     quarantine_s: float = 600.0
 
@@ -113,6 +115,8 @@ class PastryConfig:
             raise LocalProtocolError("e2e_acks needs hop_acks")
         if self.e2e_hops < 1 or self.demote_after < 1 or not self.quarantine_s >= 0:
             raise LocalProtocolError("need e2e_hops >= 1, demote_after >= 1, quarantine_s >= 0")
+        if not self.e2e_rtt_s >= 0:
+            raise LocalProtocolError("e2e_rtt_s must be >= 0")
 
 
 _T_KEEPALIVE, _T_JOIN = 1, 2
