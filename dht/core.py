@@ -207,6 +207,11 @@ class DhtCore:
     def id(self) -> int:
         return self.me.id
 
+    @property
+    def end_to_end(self) -> EndToEnd | None:
+        """The end-to-end acknowledgement state (``dht.e2e``), None where they are off."""
+        return self._e2e
+
     # ------------------------------------------------------------------------------- outputs
 
     def take_messages(self) -> list[tuple[bytes, Message]]:
@@ -518,7 +523,8 @@ class DhtCore:
         assert nh is not None
         self._pending.pop(uid, None)  # its hop ack no longer matters
         self.stats.e2e_losses += 1
-        if e2e.lost(nh.id):
+        # Losses of messages still in flight when it was demoted do not demote it again.
+        if e2e.lost(nh.id) and not e2e.quarantined(nh.id, now):
             self.stats.demoted += 1
             e2e.demote(nh.id, now)
             log.info("%r: demoted %r: routed messages it acknowledged never arrived", self, nh)

@@ -150,7 +150,7 @@ def test_a_dropper_is_routed_around_and_demoted(n: int, seed: int, data: st.Data
     for i, node in enumerate(net.nodes):
         if i == dropper:
             continue
-        e2e = node._e2e
+        e2e = node.end_to_end
         assert e2e is not None
         # Only the dropper is ever charged or demoted.
         assert set(e2e.losses) <= {d_id}
@@ -174,7 +174,7 @@ def test_an_honest_overlay_confirms_every_message_and_blames_nobody() -> None:
     assert sum(s.e2e_losses + s.demoted + s.e2e_retries for s in stats) == 0
     # Every forwarded message came back confirmed (origins and hops alike).
     assert sum(s.e2e_done for s in stats) == sum(s.forwarded for s in stats)
-    assert all(not node._e2e.tracks for node in net.nodes)
+    assert all(not node.end_to_end.tracks for node in net.nodes)
 
 
 def test_off_by_default_sends_no_route_done() -> None:
@@ -185,4 +185,4 @@ def test_off_by_default_sends_no_route_done() -> None:
     )
     route_round(sim, net, log, -1, random.Random(3), 0, 50, [])
     assert RouteDone.__name__ not in counts
-    assert all(node._e2e is None for node in net.nodes)
+    assert all(node.end_to_end is None for node in net.nodes)
