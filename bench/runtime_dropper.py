@@ -4,9 +4,10 @@ on loopback: what end-to-end acknowledgements (``dht.e2e``) recover, and what th
 What it measures
 ----------------
 A local swarm of ``--peers`` real peers (``runtime.inprocess.start_local_swarm``, the id puzzle
-off) is started; then one of them (``--dropper``) turns into a dropper (the test fault
-``drop-all``: it acks every routed hop and drops every routed and direct message). Then
-``--rounds`` rounds, each: ``--subs`` thesis-workload subscriptions through two honest peers
+off) is started and one honest round run (round 0); then the peer hosting the most tree nodes
+(other than the four the clients use) turns into a dropper (the test fault ``drop-all``: it acks
+every routed hop and drops every routed and direct message). Then ``--rounds`` rounds, each:
+``--subs`` thesis-workload subscriptions through two honest peers
 (concurrently, each given ``--op-timeout`` for its install acknowledgement), ``--events``
 events through two other honest peers, a wait of up to ``--wait-timeout`` for the expected
 deliveries, and the brute-force oracle's verdict: subscriptions never acknowledged, deliveries
@@ -55,14 +56,14 @@ def _traffic(peers: list[PeerRuntime]) -> tuple[int, int]:
 
 
 async def one_round(
-    args: argparse.Namespace, peers: list[PeerRuntime], honest: list[int], seed: int
+    args: argparse.Namespace, peers: list[PeerRuntime], entry: list[int], seed: int
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     workload = thesis_workload(random.Random(seed + 1))
     subs = [workload.subscription(rng) for _ in range(args.subs)]
     events = [workload.event(rng) for _ in range(args.events)]
     names = [a.name for a in THESIS_SCHEMA.attributes]
-    ports = [a.port for i in honest if (a := peers[i].address) is not None]
+    ports = [a.port for i in entry if (a := peers[i].address) is not None]
     got: dict[int, Counter[int]] = {k: Counter() for k in range(len(subs))}
     acked = [False] * len(subs)
     frames0, bytes0 = _traffic(peers)
@@ -74,8 +75,7 @@ async def one_round(
 
     async with AsyncExitStack() as stack:
         clients = [
-            await stack.enter_async_context(connect("127.0.0.1", ports[j]))
-            for j in (0, len(ports) // 2, 1, len(ports) - 1)
+            await stack.enter_async_context(connect("127.0.0.1", ports[j])) for j in range(4)
         ]
         readers = await stack.enter_async_context(trio.open_nursery())
 
@@ -127,15 +127,21 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     async with trio.open_nursery() as swarm:
         progress(f"starting {args.peers} peers")
         peers = await start_local_swarm(swarm, args.peers, seed=args.seed, config=config)
-        bad = args.dropper % args.peers
+        n = args.peers
+        entry = [0, n // 2, 1, n - 1]  # subscribers through the first two, publishers the others
+        progress("round 0 (every peer honest)")
+        rounds = [await one_round(args, peers, entry, args.seed * 100 + 99)]
+        progress(f"  {rounds[0]}")
+        others = [i for i in range(n) if i not in entry]
+        bad = max(others, key=lambda i: len(peers[i].status()["tree_nodes"]))
+        result["dropper_tree_nodes"] = len(peers[bad].status()["tree_nodes"])
         if not args.no_dropper:
             peers[bad].set_fault(DROP_ALL)
-        honest = [i for i in range(args.peers) if i != bad]
-        rounds = []
+        honest = [i for i in range(n) if i != bad]
         for r in range(args.rounds):
-            progress(f"round {r + 1}")
+            progress(f"round {r + 1} (one dropper)")
             t0 = trio.current_time()
-            one = await one_round(args, peers, honest, args.seed * 100 + r)
+            one = await one_round(args, peers, entry, args.seed * 100 + r)
             one["wall_s"] = round(trio.current_time() - t0, 1)
             progress(f"  {one}")
             rounds.append(one)
@@ -155,7 +161,6 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--peers", type=int, default=11)
-    ap.add_argument("--dropper", type=int, default=5, help="index of the dropping peer")
     ap.add_argument("--no-dropper", action="store_true", help="every peer honest")
     ap.add_argument("--e2e", choices=("on", "off"), default="on")
     ap.add_argument("--subs", type=int, default=60)

@@ -290,6 +290,13 @@ def _format_status(st: dict[str, Any]) -> str:
         f"{st.get('save_failures', 0)} failed state saves, {st.get('pauses', 0)} pauses, "
         f"{st.get('overlay', {}).get('retries', 0)} install/removal retries"
     )
+    e2e = st.get("dht", {}).get("end_to_end")
+    if e2e:
+        lines.append(
+            f"e2e       {e2e['confirmed']} routed messages confirmed, {e2e['losses']} lost "
+            f"and re-routed, {e2e['demoted']} next hops demoted, "
+            f"{len(e2e['quarantined'])} quarantined now"
+        )
     return "\n".join(lines)
 
 

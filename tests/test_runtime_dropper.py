@@ -12,7 +12,7 @@ import trio
 from runtime_harness import oracle_round
 
 from rangecast.runtime.inprocess import start_local_swarm
-from rangecast.runtime.peer import DROP_ALL, RUNTIME_PASTRY, PeerConfig, PeerRuntime
+from rangecast.runtime.peer import DROP_ALL, RUNTIME_PASTRY, PeerConfig, PeerRuntime, _Fault
 
 # Shorter deadlines than the defaults, so that catching the dropper takes seconds: a hop ack
 # within 0.5 s + 4 RTT, the end-to-end unit 0.7 s, nested over 4 hops.
@@ -68,3 +68,9 @@ def test_a_dropping_peer_is_caught_routed_around_and_demoted() -> None:
     assert sum(e["demoted"] for e in e2e) == sum(len(e["quarantined"]) for e in e2e)
     assert sum(e["losses"] for e in e2e) >= 3
     assert sum(e["confirmed"] for e in e2e) > 0
+
+
+def test_the_drop_all_fault_is_parsed_and_the_barrier_fault_still_is() -> None:
+    assert _Fault(DROP_ALL).drop_all
+    one = _Fault("Ping:2")
+    assert not one.drop_all and (one.kind, one.left) == ("Ping", 2)
