@@ -308,6 +308,13 @@ def _format_status(st: dict[str, Any]) -> str:
             f"{sh.get('admitted_after_proof', 0)} admitted after proof, "
             f"{sum(lk.get('refused', {}).values())} link refusals"
         )
+    e2e = st.get("dht", {}).get("end_to_end")
+    if e2e:
+        lines.append(
+            f"e2e       {e2e['confirmed']} routed messages confirmed, {e2e['losses']} lost "
+            f"and re-routed, {e2e['demoted']} next hops demoted, "
+            f"{len(e2e['quarantined'])} quarantined now"
+        )
     return "\n".join(lines)
 
 

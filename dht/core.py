@@ -20,10 +20,19 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
+from rangecast.dht.e2e import EndToEnd, Track
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
 from rangecast.dht.ids import IdSpace
 from rangecast.dht.locality import Locality
-from rangecast.dht.messages import DHT_TABLE, Direct, HopAck, JoinRequest, Route
+from rangecast.dht.messages import (
+    DHT_TABLE,
+    Direct,
+    HopAck,
+    JoinRequest,
+    Route,
+    RouteDone,
+    RouteWait,
+)
 from rangecast.dht.routing import Peer
 from rangecast.dht.timers import TimerHeap
 from rangecast.dht.wire import Codec, Handle, Message
@@ -84,6 +93,14 @@ class NodeStats(DropStats):
     forwarded: int = 0
     reroutes: int = 0
     peers_failed: int = 0
+    #: End-to-end acknowledgements (``dht.e2e``): routed messages confirmed by their root,
+    #: deadlines missed (a loss charged to the next hop), re-routes after one, next hops
+    #: demoted, and what a quarantined id was refused (announcements, pings, table entries).
+    e2e_done: int = 0
+    e2e_losses: int = 0
+    e2e_retries: int = 0
+    demoted: int = 0
+    quarantine_refused: int = 0
 
 
 class Pending:
@@ -103,6 +120,8 @@ class Pending:
 
 #: Timer kind of a hop ack's deadline (each core numbers its other timers from 1).
 T_ACK = 0
+#: Timer kind of an end-to-end deadline (``dht.e2e``), above every core's own kinds.
+T_E2E = 31
 
 #: A timer handler: (node, the entry's argument, its deadline, now).
 TimerHandler = Callable[[Any, Any, float, float], None]
@@ -110,6 +129,8 @@ TimerHandler = Callable[[Any, Any, float, float], None]
 
 class DhtCore:
     __slots__ = (
+        "_avoiding",
+        "_e2e",
         "_join_attempts",
         "_join_contact",
         "_out",
@@ -175,6 +196,14 @@ class DhtCore:
         #: The address group of a peer (``dht.locality``), set by a driver that knows addresses
         #: (the runtime): replica sets then spread across groups. None: the k closest.
         self.locality: Locality | None = None
+        #: End-to-end acknowledgements, where the configuration asks for them (Pastry's).
+        self._e2e: EndToEnd | None = (
+            EndToEnd(cfg.demote_after, cfg.quarantine_s)
+            if getattr(cfg, "e2e_acks", False)
+            else None
+        )
+        #: Next hops excluded while one re-routed message is handled here (``dht.e2e``).
+        self._avoiding: frozenset[int] = frozenset()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.space.hexid(self.me.id)[:8]}…, {self.state.value})"
@@ -182,6 +211,11 @@ class DhtCore:
     @property
     def id(self) -> int:
         return self.me.id
+
+    @property
+    def end_to_end(self) -> EndToEnd | None:
+        """The end-to-end acknowledgement state (``dht.e2e``), None where they are off."""
+        return self._e2e
 
     # ------------------------------------------------------------------------------- outputs
 
@@ -237,6 +271,9 @@ class DhtCore:
         self._timers.shift(gap_s)
         for p in self._pending.values():
             p.deadline += gap_s
+        if self._e2e is not None:
+            for t in self._e2e.tracks.values():
+                t.deadline += gap_s
         self._shift_liveness(gap_s)
 
     def _shift_liveness(self, gap_s: float) -> None:
@@ -255,6 +292,11 @@ class DhtCore:
             if kind == T_ACK:
                 p = pending.get(arg)
                 if p is None or p.deadline != deadline:
+                    heapq.heappop(timers)
+                    continue
+            elif kind == T_E2E and self._e2e is not None:
+                t = self._e2e.tracks.get(arg)
+                if t is None or t.deadline != deadline:
                     heapq.heappop(timers)
                     continue
             return deadline
@@ -336,7 +378,8 @@ class DhtCore:
     def _send_route(
         self, msg: Route | JoinRequest, key: int, nh: Peer, now: float, reroutes: int
     ) -> None:
-        """Forward a routed message to ``nh``, expecting its ``HopAck``."""
+        """Forward a routed message to ``nh``, expecting its ``HopAck`` (and, with
+        ``e2e_acks``, its ``RouteDone``)."""
         self._out.append((nh.addr, msg))
         self.stats.forwarded += 1
         if self.cfg.hop_acks:
@@ -345,6 +388,10 @@ class DhtCore:
             )
             self._pending[msg.uid] = Pending(msg, key, nh, deadline, reroutes)
             self._timers.push(deadline, T_ACK, msg.uid)
+        if self._e2e is not None and isinstance(msg, Route):
+            # After the hop ack's timer: at an equal deadline a silent next hop is a crash
+            # (its hop ack missed), not a loss to charge.
+            self._e2e_sent(msg, key, nh, now, reroutes)
 
     def _on_route(self, msg: Route, src: bytes, now: float) -> None:
         key = self.space.from_bytes(msg.key)
@@ -357,7 +404,13 @@ class DhtCore:
         if self.state is not State.READY:
             self.stats.drop("route before ready")
             return
+        e2e = self._e2e
+        if e2e is None:
+            self._advance(msg, key, now, 0)
+            return
+        track = e2e.tracks[msg.uid] = Track(src)
         self._advance(msg, key, now, 0)
+        self._e2e_settle(msg.uid, track, 0)
 
     def _advance(self, msg: Route, key: int, now: float, reroutes: int) -> None:
         raise NotImplementedError
@@ -370,11 +423,19 @@ class DhtCore:
             return
         del self._pending[uid]
         self._peer_failed(p.next_hop, now)
+        track = self._e2e.tracks.get(uid) if self._e2e is not None else None
         if p.reroutes >= self.cfg.max_reroutes:
             self.stats.drop("too many reroutes")
+            if track is not None:
+                del self._e2e.tracks[uid]  # type: ignore[union-attr]
             return
         self.stats.reroutes += 1
+        if track is None:
+            self._reroute(p.msg, p.key, now, p.reroutes + 1)
+            return
+        sends = track.sends
         self._reroute(p.msg, p.key, now, p.reroutes + 1)
+        self._e2e_settle(uid, track, sends)
 
     def _reroute(self, msg: Route | JoinRequest, key: int, now: float, reroutes: int) -> None:
         """The DHT-specific part of a re-route (Pastry also re-routes joins): a ``Route`` goes
@@ -385,6 +446,114 @@ class DhtCore:
 
     def _peer_failed(self, peer: Peer, now: float) -> None:
         raise NotImplementedError
+
+    # ----------------------------------------------- end-to-end acknowledgements (dht.e2e)
+
+    def _e2e_sent(self, msg: Route, key: int, nh: Peer, now: float, reroutes: int) -> None:
+        """``msg`` went to ``nh``: (re)start its end-to-end deadline, nested by the hops
+        still to go; a second send (a re-route) tells the upstream hop to wait."""
+        e2e = self._e2e
+        assert e2e is not None
+        track = e2e.tracks.get(msg.uid)
+        if track is None:  # we are its origin
+            track = e2e.tracks[msg.uid] = Track(None)
+        if track.sends and track.upstream is not None:
+            self._out.append((track.upstream, RouteWait(msg.uid)))
+        track.sends += 1
+        track.msg = msg
+        track.key = key
+        track.next_hop = nh
+        track.reroutes = reroutes
+        track.hops = msg.hops
+        self._e2e_arm(msg.uid, track, now)
+
+    def _e2e_arm(self, uid: int, track: Track, now: float) -> None:
+        assert track.next_hop is not None
+        cfg = self.cfg
+        # The same unit on every hop, whatever its own link's RTT: a downstream hop on a slower
+        # link must still time out before its upstream does.
+        unit = cfg.ack_floor_s + cfg.ack_rtt_factor * cfg.e2e_rtt_s
+        track.deadline = now + unit * max(1, cfg.e2e_hops - track.hops)
+        self._timers.push(track.deadline, T_E2E, uid)
+
+    def _e2e_settle(self, uid: int, track: Track, sends: int) -> None:
+        """After handling (or re-routing) a tracked message: if it was not sent on from here
+        it ended here (delivered, taken by the application, or dropped): confirm it upstream."""
+        e2e = self._e2e
+        assert e2e is not None
+        if track.sends != sends or e2e.tracks.get(uid) is not track:
+            return
+        del e2e.tracks[uid]
+        if track.upstream is not None:
+            self._out.append((track.upstream, RouteDone(uid)))
+
+    def _on_route_done(self, msg: RouteDone, src: bytes, now: float) -> None:
+        e2e = self._e2e
+        if e2e is None:
+            self.stats.drop("end-to-end ack unasked")
+            return
+        track = e2e.tracks.get(msg.uid)
+        if track is None or track.next_hop is None or track.next_hop.addr != src:
+            return  # late, duplicate, or not from the hop we sent it to
+        del e2e.tracks[msg.uid]
+        self.stats.e2e_done += 1
+        e2e.delivered(track.next_hop.id)
+        if track.upstream is not None:
+            self._out.append((track.upstream, RouteDone(msg.uid)))
+
+    def _on_route_wait(self, msg: RouteWait, src: bytes, now: float) -> None:
+        e2e = self._e2e
+        if e2e is None:
+            self.stats.drop("end-to-end ack unasked")
+            return
+        track = e2e.tracks.get(msg.uid)
+        if track is None or track.next_hop is None or track.next_hop.addr != src:
+            return
+        if track.waits >= self.cfg.max_reroutes:
+            return  # a hop that keeps asking for time is not given it for ever
+        track.waits += 1
+        self._e2e_arm(msg.uid, track, now)
+        if track.upstream is not None:
+            self._out.append((track.upstream, RouteWait(msg.uid)))
+
+    def _on_e2e_timeout(self, uid: int, deadline: float, now: float) -> None:
+        """No ``RouteDone`` from the next hop in time: charge it a loss (demote it after
+        ``demote_after`` in a row) and re-route the message around it."""
+        e2e = self._e2e
+        assert e2e is not None
+        track = e2e.tracks.get(uid)
+        if track is None or track.deadline != deadline or track.msg is None:
+            return
+        nh = track.next_hop
+        assert nh is not None
+        self._pending.pop(uid, None)  # its hop ack no longer matters
+        self.stats.e2e_losses += 1
+        # Losses of messages still in flight when it was demoted do not demote it again.
+        if e2e.lost(nh.id) and not e2e.quarantined(nh.id, now):
+            self.stats.demoted += 1
+            e2e.demote(nh.id, now)
+            log.info("%r: demoted %r: routed messages it acknowledged never arrived", self, nh)
+            self._peer_failed(nh, now)
+        if track.reroutes >= self.cfg.max_reroutes:
+            del e2e.tracks[uid]
+            self.stats.drop("end-to-end: too many reroutes")
+            return
+        self.stats.e2e_retries += 1
+        track.excluded.add(nh.id)
+        sends = track.sends
+        self._avoiding = frozenset(track.excluded)
+        try:
+            self._reroute(track.msg, track.key, now, track.reroutes + 1)
+        finally:
+            self._avoiding = frozenset()
+        self._e2e_settle(uid, track, sends)
+
+    def _quarantined(self, ident: int, now: float) -> bool:
+        """Whether ``ident`` was demoted and is kept out of the tables for now."""
+        if self._e2e is None or not self._e2e.quarantined(ident, now):
+            return False
+        self.stats.quarantine_refused += 1
+        return True
 
     def _on_hop_ack(self, msg: HopAck, src: bytes, now: float) -> None:
         p = self._pending.get(msg.uid)
@@ -412,6 +581,7 @@ def _no_proximity(peer: Peer) -> float:
 
 __all__ = [
     "T_ACK",
+    "T_E2E",
     "Application",
     "DhtCore",
     "DropStats",

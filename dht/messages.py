@@ -1,4 +1,5 @@
-"""The DHTs' wire messages (tags 1-31): Pastry's, and Kademlia's lookup steps (Kademlia reuses
+"""The DHTs' wire messages (tags 1-31): Pastry's (with its end-to-end acknowledgements), and
+Kademlia's lookup steps (Kademlia reuses
 ``Route``, ``HopAck``, ``Ping``, ``Pong``, ``Direct`` and ``Leave``). Field order is the wire
 order; append, never reorder."""
 
@@ -122,6 +123,20 @@ class FoundNodes(Message, tag=16, frozen=True):
     nodes: list[Handle]
 
 
+class RouteDone(Message, tag=17, frozen=True):
+    """End-to-end acknowledgement of a ``Route`` (``e2e_acks``): sent by the key's root to the
+    hop it came from, and passed back hop by hop along the reverse path to the origin."""
+
+    uid: U63
+
+
+class RouteWait(Message, tag=18, frozen=True):
+    """From a hop that is re-routing a ``Route`` (a loss further on): its upstream hops extend
+    their deadline instead of blaming it, and pass the word on towards the origin."""
+
+    uid: U63
+
+
 #: The DHTs' message table: every stack's codec includes it (``codec_for(DHT_TABLE, ...)``).
 DHT_TABLE = MessageTable(
     "dht",
@@ -143,6 +158,8 @@ DHT_TABLE = MessageTable(
         Leave,
         FindNode,
         FoundNodes,
+        RouteDone,
+        RouteWait,
     ),
 )
 
@@ -163,6 +180,8 @@ __all__ = [
     "Ping",
     "Pong",
     "Route",
+    "RouteDone",
+    "RouteWait",
     "RowReply",
     "RowRequest",
 ]

@@ -24,9 +24,12 @@ otherwise here.
 
 Reliability: every routed hop is acknowledged (``HopAck``). A missing ack within
 ``ack_floor_s + ack_rtt_factor * RTT`` marks the next hop failed; the message is re-routed around
-it and the routing table slot is repaired lazily by asking a peer in the same row. Leaf-set members
-are pinged every ``keepalive_s``; one not heard from for ``fail_after_s`` is declared failed, and
-the leaf set is repaired from the farthest live leaf on that side.
+it and the routing table slot is repaired lazily by asking a peer in the same row. With
+``e2e_acks`` the root also confirms every routed message back along its path (``RouteDone``),
+and a next hop that acks hops but loses what it forwards is routed around and demoted
+(``dht.e2e``). Leaf-set members are pinged every ``keepalive_s``; one not heard from for
+``fail_after_s`` is declared failed, and the leaf set is repaired from the farthest live leaf on
+that side.
 
 Join: the joiner sends ``JoinRequest`` to a contact, which routes it to the joiner's id; every node
 on the path sends the routing rows the joiner needs, the root sends its leaf set, and the joiner
@@ -43,7 +46,7 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
-from rangecast.dht.core import T_ACK, Application, DhtCore, NodeStats, Proximity, State
+from rangecast.dht.core import T_ACK, T_E2E, Application, DhtCore, NodeStats, Proximity, State
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
 from rangecast.dht.locality import spread
@@ -60,6 +63,8 @@ from rangecast.dht.messages import (
     Ping,
     Pong,
     Route,
+    RouteDone,
+    RouteWait,
     RowReply,
     RowRequest,
 )
@@ -87,6 +92,18 @@ class PastryConfig:
     #: Every this many keep-alive rounds a node swaps leaf sets with its two nearest neighbours.
     exchange_rounds: int = 3
     join_attempts: int = 5
+    #: End-to-end acknowledgement of routed messages (``dht.e2e``): a next hop that acks hops
+    #: but whose messages never reach the root is charged a loss and routed around, and after
+    #: ``demote_after`` losses in a row demoted (failed, and its id quarantined for
+    #: ``quarantine_s``). Off in the simulator (its figures predate it); real peers turn it on.
+    e2e_acks: bool = False
+    #: Path length the end-to-end deadlines are nested over: a hop with h hops behind it waits
+    #: ``max(1, e2e_hops - h)`` units of ``ack_floor_s + ack_rtt_factor * e2e_rtt_s`` (the
+    #: same unit on every hop, bounding a hop's RTT), so the hop nearest a loss times out first.
+    e2e_hops: int = 6
+    e2e_rtt_s: float = 0.25
+    demote_after: int = 3
+    quarantine_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.leaf_set_size < 2 or self.leaf_set_size % 2:
@@ -95,6 +112,12 @@ class PastryConfig:
             self.keepalive_s != math.inf and self.fail_after_s <= self.keepalive_s
         ):
             raise LocalProtocolError("need 0 < keepalive_s < fail_after_s")
+        if self.e2e_acks and not self.hop_acks:
+            raise LocalProtocolError("e2e_acks needs hop_acks")
+        if self.e2e_hops < 1 or self.demote_after < 1 or not self.quarantine_s >= 0:
+            raise LocalProtocolError("need e2e_hops >= 1, demote_after >= 1, quarantine_s >= 0")
+        if not self.e2e_rtt_s >= 0:
+            raise LocalProtocolError("e2e_rtt_s must be >= 0")
 
 
 _T_KEEPALIVE, _T_JOIN = 1, 2
@@ -183,7 +206,10 @@ class PastryNode(DhtCore):
 
     def next_hop(self, key: int) -> Peer | None:
         """Where this node would send a message for ``key`` (None: it is the root itself).
-        Multicast groups target keys by this decision."""
+        Multicast groups target keys by this decision. While a re-routed message is handled
+        (``dht.e2e``), the next hops that lost it are left out."""
+        if self._avoiding:
+            return self._next_hop_avoiding(key, self._avoiding)
         return self._next_hop(key, -1)
 
     def replica_set(self, key: int, k: int) -> list[Peer]:
@@ -193,6 +219,8 @@ class PastryNode(DhtCore):
         if k < 0:
             raise LocalProtocolError("k must be >= 0")
         cands = [self.me, *self.leaves.members()]
+        if self._avoiding:
+            cands = [p for p in cands if p.id not in self._avoiding]
         space = self.space
         cands.sort(key=lambda p: (space.distance(p.id, key), p.id))
         return cands[:k] if self.locality is None else spread(cands, k, self.locality)
@@ -255,8 +283,34 @@ class PastryNode(DhtCore):
                 best_d, best = d, p
         return best
 
-    def _advance(self, msg: Route, key: int, now: float, reroutes: int) -> None:
+    def _next_hop_avoiding(self, key: int, avoid: frozenset[int]) -> Peer | None:
+        """``_next_hop`` with the peers in ``avoid`` left out: the closest other member when
+        the key is in the leaf set's range (possibly this node), else the best known peer that
+        makes progress."""
         nh = self._next_hop(key, -1)
+        if nh is None or nh.id not in avoid:
+            return nh
+        leaves = self.leaves
+        space = self.space
+        if leaves.wraps or leaves.in_range(key):
+            best: Peer | None = None
+            best_d, best_id = space.distance(self.me.id, key), self.me.id
+            for p in leaves.members():
+                d = space.distance(p.id, key)
+                if p.id not in avoid and (d < best_d or (d == best_d and p.id < best_id)):
+                    best, best_d, best_id = p, d, p.id
+            return best
+        for p in self.local_lookup(key, len(avoid) + 1):
+            if p.id not in avoid:
+                return p
+        return None
+
+    def _advance(self, msg: Route, key: int, now: float, reroutes: int) -> None:
+        nh = (
+            self._next_hop_avoiding(key, self._avoiding)
+            if self._avoiding
+            else self._next_hop(key, -1)
+        )
         if nh is None:
             self.stats.delivered += 1
             origin = Peer.from_handle(self.space, msg.origin)
@@ -384,6 +438,8 @@ class PastryNode(DhtCore):
             self._last_heard = {p.id: heard.get(p.id, now) for p in members}
         if self._dead:
             self._dead = {i: t for i, t in self._dead.items() if t > now}
+        if self._e2e is not None:
+            self._e2e.sweep(now)
         if self._probing:
             horizon = now - fail_after
             self._probing = {i: t for i, t in self._probing.items() if t > horizon}
@@ -431,6 +487,8 @@ class PastryNode(DhtCore):
         ident = peer.id
         if ident == self.me.id:
             return
+        if self._quarantined(ident, now):
+            return  # demoted (``dht.e2e``): not even its own word brings it back yet
         if direct:
             self._dead.pop(ident, None)
         elif ident in self._dead:
@@ -515,7 +573,11 @@ class PastryNode(DhtCore):
         self._learn(Peer.from_handle(self.space, msg.sender), now, direct=True)
         for h in msg.entries:
             peer = Peer.from_handle(self.space, h)
-            if peer.id not in self._dead and peer.id != self.me.id:
+            if (
+                peer.id not in self._dead
+                and peer.id != self.me.id
+                and not self._quarantined(peer.id, now)
+            ):
                 self.table.add(peer, self.proximity)
 
 
@@ -534,11 +596,14 @@ PastryNode._handlers = {
     RowReply: PastryNode._on_row_reply,
     Direct: DhtCore._on_direct,
     Leave: PastryNode._on_leave,
+    RouteDone: DhtCore._on_route_done,
+    RouteWait: DhtCore._on_route_wait,
 }
 PastryNode._timer_handlers = {
     T_ACK: DhtCore._on_ack_timeout,
     _T_KEEPALIVE: PastryNode._on_keepalive,
     _T_JOIN: DhtCore._on_join_timeout,
+    T_E2E: DhtCore._on_e2e_timeout,
 }
 
 __all__ = ["Application", "Handle", "PastryConfig", "PastryNode", "Peer", "Proximity", "State"]

@@ -50,7 +50,7 @@ import trio
 
 from rangecast.dht.errors import LocalProtocolError, RangecastError, RemoteProtocolError, WireError
 from rangecast.dht.kademlia import KademliaConfig, KademliaNode
-from rangecast.dht.messages import HopAck
+from rangecast.dht.messages import Direct, HopAck, Route
 from rangecast.dht.node import PastryConfig, State
 from rangecast.dht.routing import Peer
 from rangecast.dht.substrate import DHTS, DhtConfig, DhtNode, make_dht, substrate
@@ -112,8 +112,10 @@ log = logging.getLogger("rangecast.peer")
 _OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 #: Real networks are slower and burstier than the simulator's model: a hop ack that misses its
-#: deadline declares the next hop dead for ``dead_ttl_s``, so the floor is generous.
-RUNTIME_PASTRY = PastryConfig(ack_floor_s=2.0, ack_rtt_factor=4.0)
+#: deadline declares the next hop dead for ``dead_ttl_s``, so the floor is generous. Routed
+#: messages are acknowledged end to end (``dht.e2e``): a peer that acks hops and drops them is
+#: routed around and demoted.
+RUNTIME_PASTRY = PastryConfig(ack_floor_s=2.0, ack_rtt_factor=4.0, e2e_acks=True)
 RUNTIME_KADEMLIA = KademliaConfig(ack_floor_s=2.0, ack_rtt_factor=4.0)
 
 
@@ -192,8 +194,11 @@ class PeerConfig:
 #: environment; no command-line option or network input reaches it.
 TUNING_ENV = "RANGECAST_TEST_TUNING"
 #: Test-only: ``Type:n``, the n-th ``Type`` message (a DHT message class name such as ``Ping``)
-#: given to the core raises instead of being handled, to test the barrier (``_feed``).
+#: given to the core raises instead of being handled, to test the barrier (``_feed``); or
+#: ``drop-all`` (``DROP_ALL``): the peer acknowledges every routed hop and drops every routed and
+#: direct message instead of handling or forwarding it (a dropping peer, for the e2e tests).
 FAULT_ENV = "RANGECAST_TEST_FAULT"
+DROP_ALL = "drop-all"
 _TUNABLE_PARTS = ("pastry", "kademlia", "overlay", "quotas", "batching", "trust")
 #: What reaching a peer (connect and link handshake) may raise, whatever the far end does:
 #: refuse, accept and close, reset, time out, answer garbage.
@@ -256,9 +261,13 @@ def tuned(cfg: PeerConfig, spec: str) -> PeerConfig:
 class _Fault:
     """``RANGECAST_TEST_FAULT``: which message to fail (see ``FAULT_ENV``)."""
 
-    __slots__ = ("kind", "left")
+    __slots__ = ("drop_all", "kind", "left")
 
     def __init__(self, spec: str) -> None:
+        self.drop_all = spec == DROP_ALL
+        if self.drop_all:
+            self.kind, self.left = spec, 0
+            return
         kind, _, n = spec.partition(":")
         try:
             self.left = int(n or "1")
@@ -368,6 +377,8 @@ class PeerRuntime:
         self._wire = wire_codec(*OverlayPeer.TABLES)
         #: Bugs met while handling one input (logged with their traceback); the peer went on.
         self.internal_errors = 0
+        #: Messages the ``drop-all`` test fault dropped.
+        self.fault_dropped = 0
         self.save_failures = 0
         #: Times the peer noticed it had not been able to run (``_check_pause``).
         self.pauses = 0
@@ -1143,6 +1154,11 @@ class PeerRuntime:
         assert self.core is not None
         try:
             if self._fault is not None:
+                if self._fault.drop_all and isinstance(msg, (Route, Direct)):
+                    if isinstance(msg, Route):
+                        self._send(src, HopAck(msg.uid))  # "received", and then dropped
+                    self.fault_dropped += 1
+                    return
                 self._fault.check(msg)
             # ``src`` signed this message: it proved its id. What it says of others has not.
             self._proved(src)
@@ -1153,6 +1169,10 @@ class PeerRuntime:
             self._pump()
         except Exception as exc:
             self._internal_error("handling %s", type(msg).__name__, exc=exc)
+
+    def set_fault(self, spec: str | None) -> None:
+        """Test-only: what ``RANGECAST_TEST_FAULT`` sets, for a peer in a test's process."""
+        self._fault = _Fault(spec) if spec else None
 
     def _proved(self, addr: bytes) -> None:
         """``addr`` signed a message or answered our handshake: it is there, whatever an
@@ -1314,6 +1334,7 @@ class PeerRuntime:
                 "reroutes": dht.stats.reroutes,
                 "peers_failed": dht.stats.peers_failed,
                 "dropped": dict(sorted(dht.stats.by_reason.items())),
+                "end_to_end": _e2e_status(dht),
             },
             "overlay": {
                 "stored": ostats.stored,
@@ -1337,6 +1358,24 @@ class PeerRuntime:
 
 
 # ---------------------------------------------------------------------------------- helpers
+
+
+def _e2e_status(dht: DhtNode) -> dict[str, Any] | None:
+    """``dht.end_to_end`` of the status: end-to-end acknowledgements (``dht.e2e``), or None
+    where they are off (Kademlia, or switched off)."""
+    e2e = dht.end_to_end
+    if e2e is None:
+        return None
+    st = dht.stats
+    return {
+        "confirmed": st.e2e_done,
+        "losses": st.e2e_losses,
+        "retries": st.e2e_retries,
+        "demoted": st.demoted,
+        "quarantined": sorted(i.to_bytes(dht.space.nbytes).hex() for i in e2e.quarantine),
+        "quarantine_refused": st.quarantine_refused,
+        "in_flight": len(e2e.tracks),
+    }
 
 
 class _Unopened(OutSession):

@@ -13,8 +13,9 @@ import itertools
 import math
 import random
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,11 @@ class Net:
         config: OverlayConfig | None = None,
         hop_acks: bool = False,
         sites: int = 64,
+        pastry: PastryConfig | None = None,
+        wrap: dict[int, Callable[[OverlayPeer], Any]] | None = None,
     ) -> None:
+        """``pastry`` replaces the DHT's configuration (keep-alives off, ``hop_acks``);
+        ``wrap`` maps peer indices to what wraps their core (a misbehaving peer)."""
         self.schema = schema
         self.config = config or OverlayConfig()
         self.registry = SchemaRegistry()
@@ -84,15 +89,16 @@ class Net:
         def make(i: int, node: object) -> OverlayPeer:
             cap = cap_rng.randint(*capacity)
             self.capacities.append(cap)
-            return OverlayPeer(
+            core = OverlayPeer(
                 node,  # type: ignore[arg-type]
                 schemas=self.registry,
                 capacity=cap,
                 rng=proto_rng,
                 overlay=self.config,
             )
+            return wrap[i](core) if wrap and i in wrap else core
 
-        pastry = PastryConfig(keepalive_s=math.inf, hop_acks=hop_acks)
+        pastry = pastry or PastryConfig(keepalive_s=math.inf, hop_acks=hop_acks)
         self.net = SimNetwork(self.sim, seed, config=pastry, core_factory=make)
         self.net.oracle_bootstrap(self.net.create(n))
         self.peers: list[OverlayPeer] = self.net.cores  # type: ignore[assignment]

@@ -461,26 +461,15 @@ def test_fake_routing_entries(swarm: LiveSwarm) -> None:
 
 
 def _demotions(st: Any) -> int:
-    """Every counter of ``peer status`` whose name speaks of demotion, summed (the detection's
-    own field name is its author's; this finds it wherever it is)."""
-    if isinstance(st, dict):
-        return sum(
-            (int(v) if "demot" in k and isinstance(v, int | float) else _demotions(v))
-            for k, v in st.items()
-        )
-    return 0
+    """How many next hops this peer demoted for dropping what they acknowledged."""
+    return int(st["dht"]["end_to_end"]["demoted"])
 
 
-@pytest.mark.xfail(
-    reason="detection of a peer that acks hops and drops (RANGECAST_TEST_FAULT=drop-all) is "
-    "being built by another helper of issue 18",
-    strict=False,
-)
 def test_a_peer_that_drops_everything_is_detected(tmp_path: Path) -> None:
     """Eight peers, peer 5 acknowledging hops and dropping what it should handle or forward.
     Before detection a round loses deliveries (or the drop is already noticed); rounds repeat
-    (at most 8) until an honest peer has demoted it (a status counter named ``demot...``:
-    ``dht.end_to_end.demoted`` in the detection being built); then a round equals the oracle."""
+    (at most 8) until an honest peer has demoted it (``dht.end_to_end.demoted``); then a round
+    equals the oracle."""
     n, bad = 8, 5
     tuning = {i: {"RANGECAST_TEST_TUNING": TUNING} for i in range(n)}
     tuning[bad] = {**tuning[bad], "RANGECAST_TEST_FAULT": "drop-all"}

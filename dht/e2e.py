@@ -1,0 +1,124 @@
+"""End-to-end acknowledgement of routed messages, and the demotion of a next hop that
+acknowledges hops but whose forwarded messages never arrive (``PastryConfig.e2e_acks``).
+
+Theory of operation
+-------------------
+A hop acknowledgement (``HopAck``) proves only that the next hop *received* a ``Route``: a peer
+that acknowledges every hop and then drops the message is, to hop acks and keep-alives alike,
+a perfectly healthy neighbour. With ``e2e_acks`` on, the key's root answers ``RouteDone(uid)``
+to the hop the message came from, and every hop passes it on to its own upstream, back to the
+origin. A forwarding hop keeps a ``Track`` of each message it sent on; if the ``RouteDone``
+does not come back from its next hop within the deadline, that next hop is charged with a
+*loss*, and the message is re-routed from here with the next hop excluded (for this message
+only: ``Track.excluded``).
+
+Deadlines are nested by the hops still to go, so the hop nearest the loss times out first:
+``(ack_floor_s + ack_rtt_factor * RTT) * max(1, e2e_hops - hops)``. A hop that re-routes tells
+its upstream (``RouteWait(uid)``, passed on towards the origin), which restarts its deadline
+instead of blaming an honest hop for a loss further on; each track honours at most
+``max_reroutes`` of them, so a liar cannot stall it for ever.
+
+Judgement is local: a node believes only what it observed itself, never what another node
+says about a third (no avoid list travels with the message), so no peer can get an honest one
+demoted by accusing it. When the next-closest node receives a message that its upstream
+re-routed around the root, it tries the root itself, times out in turn, and then handles the
+message as the root with the dropper excluded (the application's ``next_hop`` and
+``replica_set`` upcall queries honour the exclusion while it handles it): a replica of the key's
+state serves it.
+
+A next hop with ``demote_after`` losses and no delivery in between is *demoted*: declared failed
+(removed from the leaf set and routing table, exactly as for a crash), and its id quarantined
+for ``quarantine_s`` so that its own announcements and pings, and second-hand mentions of it,
+do not put it straight back. After the quarantine it must be caught again.
+
+Limits: only routed messages (``Route``) are checked end to end; direct messages (replication,
+notifications) are not, and a dropper that forwards just enough to break every run of
+``demote_after`` losses is never demoted (its losses are still re-routed, at the cost of a
+deadline each). Kademlia has no end-to-end acknowledgements.
+"""
+
+from __future__ import annotations
+
+from rangecast.dht.messages import Route
+from rangecast.dht.routing import Peer
+
+
+class Track:
+    """A routed message this node forwarded (or sent as its origin), until its ``RouteDone``."""
+
+    __slots__ = (
+        "deadline",
+        "excluded",
+        "hops",
+        "key",
+        "msg",
+        "next_hop",
+        "reroutes",
+        "sends",
+        "upstream",
+        "waits",
+    )
+
+    def __init__(self, upstream: bytes | None) -> None:
+        #: The previous hop's address (None: we are the origin).
+        self.upstream = upstream
+        self.msg: Route | None = None
+        self.key = 0
+        self.next_hop: Peer | None = None
+        self.deadline = 0.0
+        self.hops = 0
+        self.reroutes = 0
+        #: How many times it was sent on from here (a re-route sends it again).
+        self.sends = 0
+        #: ``RouteWait``-s honoured.
+        self.waits = 0
+        #: Next hops that lost it: not tried again for this message.
+        self.excluded: set[int] = set()
+
+
+class EndToEnd:
+    """A node's end-to-end bookkeeping: the messages in flight, the losses charged to each
+    next hop since its last delivery, and the quarantined ids."""
+
+    __slots__ = ("demote_after", "losses", "quarantine", "quarantine_s", "tracks")
+
+    def __init__(self, demote_after: int, quarantine_s: float) -> None:
+        self.demote_after = demote_after
+        self.quarantine_s = quarantine_s
+        self.tracks: dict[int, Track] = {}
+        #: Next hop id -> losses since its last delivery (a delivery clears it).
+        self.losses: dict[int, int] = {}
+        #: Demoted id -> end of its quarantine.
+        self.quarantine: dict[int, float] = {}
+
+    def lost(self, ident: int) -> bool:
+        """Charge a loss to ``ident``; whether it is now to be demoted."""
+        n = self.losses.get(ident, 0) + 1
+        if n >= self.demote_after:
+            self.losses.pop(ident, None)
+            return True
+        self.losses[ident] = n
+        return False
+
+    def delivered(self, ident: int) -> None:
+        self.losses.pop(ident, None)
+
+    def demote(self, ident: int, now: float) -> None:
+        self.quarantine[ident] = now + self.quarantine_s
+
+    def quarantined(self, ident: int, now: float) -> bool:
+        until = self.quarantine.get(ident)
+        if until is None:
+            return False
+        if until <= now:
+            del self.quarantine[ident]
+            return False
+        return True
+
+    def sweep(self, now: float) -> None:
+        """Forget expired quarantines (called with the keep-alives)."""
+        if self.quarantine:
+            self.quarantine = {i: t for i, t in self.quarantine.items() if t > now}
+
+
+__all__ = ["EndToEnd", "Track"]

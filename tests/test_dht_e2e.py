@@ -1,0 +1,188 @@
+"""End-to-end acknowledgements (``dht.e2e``): a node that acknowledges every hop and drops what
+it should deliver or forward. Through the simulator, every message routed with it among the
+nodes still reaches the honest root (the live honest node numerically closest to the key)
+exactly once, the dropper is demoted by the nodes that caught it, and no honest node is ever
+charged with a loss."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rangecast.dht.core import NodeStats
+from rangecast.dht.messages import DHT_TABLE, Direct, HopAck, Route, RouteDone
+from rangecast.dht.node import Application, PastryConfig, PastryNode
+from rangecast.dht.routing import Peer
+from rangecast.dht.wire import Message, codec_for
+from rangecast.sim.engine import Simulator
+from rangecast.sim.latency import SyntheticLatency
+from rangecast.sim.network import SimNetwork
+from rangecast.sim.streams import stream
+
+E2E = PastryConfig(e2e_acks=True, keepalive_s=math.inf)
+
+
+class Dropper:
+    """A node that acknowledges hops and then drops every routed and direct message."""
+
+    def __init__(self, node: PastryNode) -> None:
+        self.node = node
+        self.out: list[tuple[bytes, Message]] = []
+        self.dropped = 0
+
+    def receive(self, msg: Message, src: bytes, now: float) -> None:
+        if isinstance(msg, Route):
+            self.out.append((src, HopAck(msg.uid)))
+            self.dropped += 1
+            return
+        if isinstance(msg, Direct):
+            self.dropped += 1
+            return
+        self.node.receive(msg, src, now)
+
+    def handle_timer(self, now: float) -> None:
+        self.node.handle_timer(now)
+
+    def get_timer(self) -> float | None:
+        return self.node.get_timer()
+
+    def take_messages(self) -> list[tuple[bytes, Message]]:
+        out = self.node.take_messages() + self.out
+        self.out = []
+        return out
+
+
+class Recorder(Application):
+    def __init__(self, index: int, log: list[tuple[int, int]]) -> None:
+        self.index = index
+        self.log = log
+
+    def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
+        self.log.append((int.from_bytes(payload, "big"), self.index))
+
+
+def build(
+    n: int, seed: int, dropper: int, config: PastryConfig = E2E
+) -> tuple[Simulator, SimNetwork, list[tuple[int, int]], Dropper | None]:
+    sim = Simulator(
+        SyntheticLatency(seed, sites=64), stream(seed, "network"), codec=codec_for(DHT_TABLE)
+    )
+    log: list[tuple[int, int]] = []
+    wrapped: list[Dropper] = []
+
+    def core(i: int, node: Any) -> Any:
+        if i != dropper:
+            return node
+        wrapped.append(Dropper(node))
+        return wrapped[0]
+
+    net = SimNetwork(
+        sim, seed, config=config, app_factory=lambda i: Recorder(i, log), core_factory=core
+    )
+    net.oracle_bootstrap(net.create(n))
+    return sim, net, log, (wrapped[0] if wrapped else None)
+
+
+def honest_root(net: SimNetwork, key: int, dropper: int) -> int:
+    space = net.space
+    honest = [i for i in range(len(net.nodes)) if i != dropper]
+    return min(honest, key=lambda i: (space.distance(net.nodes[i].id, key), net.nodes[i].id))
+
+
+def route_round(
+    sim: Simulator,
+    net: SimNetwork,
+    log: list[tuple[int, int]],
+    dropper: int,
+    rng: random.Random,
+    first: int,
+    count: int,
+    keys: list[int],
+) -> dict[int, list[int]]:
+    """Route ``count`` messages (lids from ``first``) from random honest nodes, to ``keys``
+    and random keys, run until quiet; where each lid was delivered."""
+    honest = [i for i in range(len(net.nodes)) if i != dropper]
+    want: dict[int, int] = {}
+    for k in range(count):
+        lid = first + k
+        key = keys[k] if k < len(keys) else net.space.random_id(rng)
+        src = rng.choice(honest)
+        want[lid] = honest_root(net, key, dropper)
+        net.nodes[src].route(key, lid.to_bytes(4, "big"), sim.now)
+        sim.poke(src)
+    sim.run()
+    got: dict[int, list[int]] = {lid: [] for lid in want}
+    for lid, where in log:
+        if lid in got:
+            got[lid].append(where)
+    for lid, root in want.items():
+        assert got[lid] == [root], f"message {lid}: delivered at {got[lid]}, root {root}"
+    return got
+
+
+def _stats(net: SimNetwork, dropper: int) -> list[NodeStats]:
+    return [n.stats for i, n in enumerate(net.nodes) if i != dropper]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(min_value=4, max_value=60),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+    data=st.data(),
+)
+def test_a_dropper_is_routed_around_and_demoted(n: int, seed: int, data: st.DataObject) -> None:
+    dropper = data.draw(st.integers(0, n - 1), label="dropper")
+    sim, net, log, bad = build(n, seed, dropper)
+    rng = random.Random(seed)
+    d_id = net.nodes[dropper].id
+    space = net.space
+    # Keys the dropper is root of (it would swallow every one), and beside its id.
+    near = [d_id, (d_id + 1) % space.size, (d_id - 1) % space.size]
+    # Detection: nothing is lost even while the dropper is being caught.
+    route_round(sim, net, log, dropper, rng, 0, 60, near * 4)
+    stats = _stats(net, dropper)
+    assert sum(s.e2e_losses for s in stats) > 0
+    assert sum(s.demoted for s in stats) > 0
+    for i, node in enumerate(net.nodes):
+        if i == dropper:
+            continue
+        e2e = node.end_to_end
+        assert e2e is not None
+        # Only the dropper is ever charged or demoted.
+        assert set(e2e.losses) <= {d_id}
+        assert set(e2e.quarantine) <= {d_id}
+        if d_id in e2e.quarantine:
+            assert d_id not in {p.id for p in node.known_peers()}
+    # After detection: still exact.
+    losses = sum(s.e2e_losses for s in stats)
+    route_round(sim, net, log, dropper, rng, 1000, 60, near * 4)
+    # Nodes that demoted it no longer lose anything to it; the others may still be catching it.
+    assert sum(s.e2e_losses for s in _stats(net, dropper)) >= losses
+    assert bad is not None and bad.dropped > 0
+
+
+def test_an_honest_overlay_confirms_every_message_and_blames_nobody() -> None:
+    n = 40
+    sim, net, log, _ = build(n, 7, dropper=-1)
+    rng = random.Random(7)
+    route_round(sim, net, log, -1, rng, 0, 200, [])
+    stats = [node.stats for node in net.nodes]
+    assert sum(s.e2e_losses + s.demoted + s.e2e_retries for s in stats) == 0
+    # Every forwarded message came back confirmed (origins and hops alike).
+    assert sum(s.e2e_done for s in stats) == sum(s.forwarded for s in stats)
+    assert all(not node.end_to_end.tracks for node in net.nodes)
+
+
+def test_off_by_default_sends_no_route_done() -> None:
+    counts: dict[str, int] = {}
+    sim, net, log, _ = build(30, 3, dropper=-1, config=PastryConfig(keepalive_s=math.inf))
+    sim.message_log = lambda t, a, b, kind, size, msg, ok: counts.__setitem__(
+        kind, counts.get(kind, 0) + 1
+    )
+    route_round(sim, net, log, -1, random.Random(3), 0, 50, [])
+    assert RouteDone.__name__ not in counts
+    assert all(node.end_to_end is None for node in net.nodes)

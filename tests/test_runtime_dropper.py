@@ -1,0 +1,76 @@
+"""A peer that acknowledges every routed hop and then drops what it should handle or forward
+(``RANGECAST_TEST_FAULT=drop-all``), among 11 real peers in one process: the honest peers catch
+it with end-to-end acknowledgements (``dht.e2e``), route around it and demote it, and a
+subscribe/publish round afterwards equals the brute-force oracle."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import trio
+from runtime_harness import oracle_round
+
+from rangecast.runtime.inprocess import start_local_swarm
+from rangecast.runtime.peer import DROP_ALL, RUNTIME_PASTRY, PeerConfig, PeerRuntime, _Fault
+
+# Shorter deadlines than the defaults, so that catching the dropper takes seconds: a hop ack
+# within 0.5 s + 4 RTT, the end-to-end unit 0.7 s, nested over 4 hops.
+CONFIG = PeerConfig(
+    id_difficulty=0,
+    pastry=replace(RUNTIME_PASTRY, ack_floor_s=0.5, e2e_rtt_s=0.05, e2e_hops=4),
+)
+PEERS = 11
+DROPPER = 5
+
+
+def _ports(peers: list[PeerRuntime], *which: int) -> tuple[int, int]:
+    ports = []
+    for i in which:
+        addr = peers[i].address
+        assert addr is not None
+        ports.append(addr.port)
+    return ports[0], ports[1]
+
+
+@pytest.mark.slow  # about 30 s: the deadlines of the losses while it is being caught
+def test_a_dropping_peer_is_caught_routed_around_and_demoted() -> None:
+    report: dict[str, object] = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            peers = await start_local_swarm(nursery, PEERS, seed=18, config=CONFIG)
+            bad = peers[DROPPER]
+            bad.set_fault(DROP_ALL)
+            honest = [p for i, p in enumerate(peers) if i != DROPPER]
+            subs, pubs = _ports(peers, 0, 8), _ports(peers, 2, 10)
+            # While it is being caught: end-to-end acks re-route what it drops.
+            report["during"] = await oracle_round(subs, pubs, 181, n_subs=30, n_events=60)
+            report["demoted_by"] = sum(1 for p in honest if p.dht.stats.demoted)
+            report["after"] = await oracle_round(subs, pubs, 182, n_subs=30, n_events=60)
+            report["status"] = [p.status() for p in honest]
+            report["dropped"] = bad.fault_dropped
+            report["bad_id"] = bad.identity.node_id.hex()
+            for p in peers:
+                p.stop()
+
+    trio.run(main)
+    assert report["after"] == (0, 0, 0)
+    assert report["during"] == (0, 0, 0)
+    dropped = report["dropped"]
+    assert isinstance(dropped, int) and dropped > 0
+    statuses = report["status"]
+    assert isinstance(statuses, list)
+    e2e = [s["dht"]["end_to_end"] for s in statuses]
+    # Caught by the peers that sent it messages, and by no one else blamed.
+    assert sum(e["demoted"] for e in e2e) >= 1
+    assert all(set(e["quarantined"]) <= {report["bad_id"]} for e in e2e)
+    assert sum(e["demoted"] for e in e2e) == sum(len(e["quarantined"]) for e in e2e)
+    assert sum(e["losses"] for e in e2e) >= 3
+    assert sum(e["confirmed"] for e in e2e) > 0
+
+
+def test_the_drop_all_fault_is_parsed_and_the_barrier_fault_still_is() -> None:
+    assert _Fault(DROP_ALL).drop_all
+    one = _Fault("Ping:2")
+    assert not one.drop_all and (one.kind, one.left) == ("Ping", 2)
