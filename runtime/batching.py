@@ -9,14 +9,17 @@ load, many messages) and ``pack`` turns that into as few session frames as the b
 * a lone message goes as it always did: its encoded body in one ``Authed`` frame;
 * two or more go as ``Batch`` messages (``runtime/messages.py``): the encoded core bodies in
   ``bodies`` and, instead of one ``HopAck`` body per acknowledged hop, just their uids in
-  ``acks`` (9 bytes each instead of 12 plus a body header). Each ``Batch`` is one ``Authed``
-  frame, so one HMAC and one length prefix stand for all of them.
+  ``acks`` (9 bytes each instead of 12 plus a body header), and the end-to-end acks
+  (``RouteDone``) likewise in ``dones``. Each ``Batch`` is one ``Authed`` frame, so one HMAC
+  and one length prefix stand for all of them.
 
-The link queue holds ``QueueItem``-s: an encoded body (``bytes``), or the uid of a ``HopAck``
-(``int``), which is how acks stay recognisable without decoding anything. A queue holding only
-acks may wait up to ``BatchConfig.ack_delay_s`` for other traffic to the same peer to ride with
-(``only_acks``); acks are off the delivery path (they only clear the previous hop's pending
-entry, whose deadline is ``ack_floor_s``, 2 s at the runtime), so the delay costs no latency.
+The link queue holds ``QueueItem``-s: an encoded body (``bytes``), the uid of a ``HopAck``
+(an ``int`` >= 0) or the complement ``~uid`` of a ``RouteDone``'s uid (an ``int`` < 0), which
+is how acks stay recognisable without decoding anything. A queue holding only acks may wait up
+to ``BatchConfig.ack_delay_s`` for other traffic to the same peer to ride with
+(``only_acks``); acks are off the delivery path (a hop ack only clears the previous hop's
+pending entry, whose deadline is ``ack_floor_s``, 2 s at the runtime; an end-to-end ack's
+deadline is seconds longer), so the delay costs no latency.
 
 Receiving (``unpack``) is strict and never raises: a frame whose body is tagged ``Batch`` must
 decode as exactly one ``Batch`` of the wire codec, with at least one message, within the
@@ -34,12 +37,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rangecast.dht.errors import LocalProtocolError, WireError
-from rangecast.dht.messages import HopAck
+from rangecast.dht.messages import HopAck, RouteDone
 from rangecast.dht.wire import MAX_FRAME_BYTES, Codec, payload_tag
 from rangecast.runtime.messages import MAX_BATCH_ACKS, MAX_BATCH_BODIES, Batch
 
-#: What a link's queue holds: an encoded core body, or the uid of a ``HopAck`` to send.
+#: What a link's queue holds: an encoded core body, the uid of a ``HopAck`` to send, or the
+#: complement (``~uid``, negative) of a ``RouteDone``'s.
 QueueItem = bytes | int
+
+
+def done_item(uid: int) -> int:
+    """The queue item standing for ``RouteDone(uid)``."""
+    return ~uid
+
+
+def _ack_message(item: int) -> HopAck | RouteDone:
+    return HopAck(item) if item >= 0 else RouteDone(~item)
+
 
 #: The wire tag of ``Batch`` (read from the body without decoding it).
 BATCH_TAG: int = Batch.__struct_config__.tag  # type: ignore[assignment]
@@ -99,7 +113,7 @@ def pack(items: list[QueueItem], cfg: BatchConfig, wire: Codec) -> list[bytes]:
     bodies = [x for x in items if type(x) is bytes]
     acks = [x for x in items if type(x) is int]
     if not cfg.enabled or len(items) == 1:
-        return bodies + [wire.encode(HopAck(uid)) for uid in acks]
+        return bodies + [wire.encode(_ack_message(item)) for item in acks]
     chunks = [acks[i : i + cfg.max_acks] for i in range(0, len(acks), cfg.max_acks)]
     out: list[bytes] = []
     group: list[bytes] = []
@@ -110,9 +124,11 @@ def pack(items: list[QueueItem], cfg: BatchConfig, wire: Codec) -> list[bytes]:
     def flush() -> None:
         nonlocal group, group_acks, size
         if len(group) + len(group_acks) == 1:
-            out.append(group[0] if group else wire.encode(HopAck(group_acks[0])))
+            out.append(group[0] if group else wire.encode(_ack_message(group_acks[0])))
         elif group or group_acks:
-            out.append(wire.encode(Batch(group, group_acks)))
+            hop = [x for x in group_acks if x >= 0]
+            done = [~x for x in group_acks if x < 0]
+            out.append(wire.encode(Batch(group, hop, done)))
         group, group_acks, size = [], [], _BATCH_OVERHEAD
 
     for body in bodies:
@@ -146,15 +162,15 @@ def unpack(body: bytes, wire: Codec) -> Batch | None:
         msg = wire.decode(body)
     except WireError:
         return None
-    if type(msg) is not Batch or not (msg.bodies or msg.acks):
+    if type(msg) is not Batch or not (msg.bodies or msg.acks or msg.dones):
         return None
     return msg
 
 
-def expand_acks(uids: list[int]) -> list[HopAck]:
-    """The ``HopAck``s a batch's ``acks`` stand for, in order: what the core would have
-    received had each come in a frame of its own."""
-    return [HopAck(uid) for uid in uids]
+def expand_acks(batch: Batch) -> list[HopAck | RouteDone]:
+    """The ``HopAck``s and ``RouteDone``s a batch's ``acks`` and ``dones`` stand for: what the
+    core would have received had each come in a frame of its own."""
+    return [*(HopAck(uid) for uid in batch.acks), *(RouteDone(uid) for uid in batch.dones)]
 
 
 __all__ = [
@@ -162,6 +178,7 @@ __all__ = [
     "MAX_ACK_DELAY_S",
     "BatchConfig",
     "QueueItem",
+    "done_item",
     "expand_acks",
     "is_batch",
     "only_acks",

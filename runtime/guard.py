@@ -37,6 +37,7 @@ from rangecast.dht.messages import (
     Leave,
     Ping,
     Pong,
+    RouteDone,
     RowReply,
     RowRequest,
 )
@@ -450,10 +451,10 @@ class Gate:
         return self._admit(session.src, session.node_id, body)
 
     def admit_acks(
-        self, session: InSession, acks: list[HopAck], now: float
+        self, session: InSession, acks: list[HopAck | RouteDone], now: float
     ) -> list[tuple[bytes, Message]] | None:
-        """A ``Batch``'s hop acks (already expanded): one token of the sender's rate for the
-        lot, as they travel as one bounded list; a ``HopAck`` names no sender to check."""
+        """A ``Batch``'s hop and end-to-end acks (already expanded): one token of the sender's
+        rate for the lot, as they travel as bounded lists; an ack names no sender to check."""
         if not self._rate_ok(session.node_id, now):
             return None
         return [(session.src, ack) for ack in acks]

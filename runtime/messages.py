@@ -166,6 +166,11 @@ class Batch(Message, tag=143, frozen=True):
 
     bodies: Annotated[list[Payload], msgspec.Meta(max_length=MAX_BATCH_BODIES)]
     acks: Annotated[list[U63], msgspec.Meta(max_length=MAX_BATCH_ACKS)]
+    #: The uids of ``RouteDone``s (end-to-end acks) for this destination, likewise; last and
+    #: optional, so a batch without them is the same bytes as before they existed.
+    dones: Annotated[list[U63], msgspec.Meta(max_length=MAX_BATCH_ACKS)] = msgspec.field(
+        default_factory=list
+    )
 
 
 #: The runtime's message table: sessions, envelopes and the client API.

@@ -50,7 +50,7 @@ import trio
 
 from rangecast.dht.errors import LocalProtocolError, RangecastError, RemoteProtocolError, WireError
 from rangecast.dht.kademlia import KademliaConfig, KademliaNode
-from rangecast.dht.messages import Direct, HopAck, Route
+from rangecast.dht.messages import Direct, HopAck, Route, RouteDone
 from rangecast.dht.node import PastryConfig, State
 from rangecast.dht.routing import Peer
 from rangecast.dht.substrate import DHTS, DhtConfig, DhtNode, make_dht, substrate
@@ -68,6 +68,7 @@ from rangecast.pubsub.subscription import Subscription
 from rangecast.runtime.batching import (
     BatchConfig,
     QueueItem,
+    done_item,
     expand_acks,
     is_batch,
     only_acks,
@@ -649,6 +650,8 @@ class PeerRuntime:
         item: QueueItem
         if type(msg) is HopAck:
             item = msg.uid  # the link coalesces acks (``runtime/batching.py``)
+        elif type(msg) is RouteDone:
+            item = done_item(msg.uid)
         else:
             try:
                 item = self._codec.encode(msg)
@@ -1123,7 +1126,7 @@ class PeerRuntime:
         if batch is None:
             self.rejections.add("malformed batch")
             return
-        self.transport.messages_in += len(batch.bodies) + len(batch.acks)
+        self.transport.messages_in += len(batch.bodies) + len(batch.acks) + len(batch.dones)
         opened: list[tuple[bytes, Message]] = []
         for inner in batch.bodies:
             one = self._gate.admit_body(link, inner, now)
@@ -1131,8 +1134,8 @@ class PeerRuntime:
                 self.rejections.add("batch dropped: a body refused")
                 return
             opened.append(one)
-        if batch.acks:
-            acks = self._gate.admit_acks(link, expand_acks(batch.acks), now)
+        if batch.acks or batch.dones:
+            acks = self._gate.admit_acks(link, expand_acks(batch), now)
             if acks is None:
                 self.rejections.add("batch dropped: a body refused")
                 return
