@@ -283,6 +283,7 @@ def _piece(p: Piece) -> str:
 def check_tables(snap: TreeSnapshot, *, exact: bool = False) -> list[Violation]:
     out: list[Violation] = []
     nodes = _primaries(snap)
+    leaves: dict[tuple[str, int], list[TreeId]] | None = None  # built on first use
     for (schema, tid), node in sorted(nodes.items()):
         if node.leaf:
             continue
@@ -311,10 +312,13 @@ def check_tables(snap: TreeSnapshot, *, exact: bool = False) -> list[Violation]:
                 )
             )
         if exact:
+            if leaves is None:
+                leaves = {}
+                for (s, t), n in nodes.items():
+                    if n.leaf:
+                        leaves.setdefault((s, t.attr), []).append(t)
             below = {
-                t
-                for (s, t), n in nodes.items()
-                if s == schema and n.leaf and tid.is_ancestor_of(t) and t != tid
+                t for t in leaves.get((schema, tid.attr), ()) if tid.is_ancestor_of(t) and t != tid
             }
             if rows != below:
                 extra = sorted(rows - below)[:3]
@@ -347,10 +351,13 @@ def _uncovered(
     return None
 
 
-def check_replicas(snap: TreeSnapshot, *, lazy_internal: bool = False) -> list[Violation]:
+def check_replicas(
+    snap: TreeSnapshot, *, lazy_internal: bool = False, allow_extra: bool = False
+) -> list[Violation]:
     """Copies per node. ``lazy_internal``: an internal node may still have a leaf's number of
     copies (a split widens the set at the next reconcile, which a failure-free simulation,
-    with no reconcile timer, never runs)."""
+    with no reconcile timer, never runs). ``allow_extra``: more copies than configured pass
+    (after joins, a peer pushed out of a replica set may keep its stale copy)."""
     cfg = snap.config
     live = len(snap.peers)
     copies: dict[NodeKey, list[HostedNode]] = {}
@@ -407,7 +414,7 @@ def check_replicas(snap: TreeSnapshot, *, lazy_internal: bool = False) -> list[V
                     (name,),
                 )
             )
-        elif have > want_hi:
+        elif have > want_hi and not allow_extra:
             out.append(
                 Violation(
                     Kind.REPLICAS_EXTRA, f"{have} copies, {want_hi} configured", peers, (name,)
@@ -500,6 +507,7 @@ def check_tree(
     seed: int = 0,
     exact_tables: bool = False,
     lazy_internal: bool = False,
+    allow_extra_replicas: bool = False,
     skip: Iterable[str] = (),
 ) -> list[Violation]:
     """Every invariant (see the module's header); ``skip`` names checkers to leave out."""
@@ -517,7 +525,7 @@ def check_tree(
     if "tables" not in skipped:
         out += check_tables(snap, exact=exact_tables)
     if "replicas" not in skipped:
-        out += check_replicas(snap, lazy_internal=lazy_internal)
+        out += check_replicas(snap, lazy_internal=lazy_internal, allow_extra=allow_extra_replicas)
     if "load_balancing" not in skipped:
         out += check_load_balancing(snap)
     return out
@@ -530,6 +538,7 @@ def assert_tree(
     seed: int = 0,
     exact_tables: bool = False,
     lazy_internal: bool = False,
+    allow_extra_replicas: bool = False,
     skip: Iterable[str] = (),
 ) -> None:
     """``check_tree`` (same options), raising ``TreeInvariantError`` on any violation."""
@@ -539,6 +548,7 @@ def assert_tree(
         seed=seed,
         exact_tables=exact_tables,
         lazy_internal=lazy_internal,
+        allow_extra_replicas=allow_extra_replicas,
         skip=skip,
     )
     if found:
