@@ -11,6 +11,7 @@ import random
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -183,9 +184,12 @@ def test_sixteen_peers_clean_then_lost_copies_then_clean(tmp_path: Path) -> None
         trio.run(main)
     finally:
         down = rc("swarm", "down", "--dir", str(swarm_dir))
-    for stage in ("healthy", "lost", "repaired"):  # the report's material
+    for stage in ("healthy", "lost", "repaired"):  # what -s shows
         code, out = seen[stage]  # type: ignore[misc]
-        print(stage, code, json.dumps({**out, "violations": out["violations"][:6]}))
+        kinds = Counter(v["kind"] for v in out["violations"])
+        print(stage, code, len(out["peers"]), out["copies"], dict(kinds), out["unreachable"])
+        for v in [v for v in out["violations"] if v["kind"] in REPLICA_KINDS][:4]:
+            print("   ", v)
     healthy_code, healthy = seen["healthy"]  # type: ignore[misc]
     assert (healthy_code, healthy["violations"], len(healthy["peers"])) == (0, [], n)
     lost_code, lost = seen["lost"]  # type: ignore[misc]
@@ -193,6 +197,7 @@ def test_sixteen_peers_clean_then_lost_copies_then_clean(tmp_path: Path) -> None
     assert lost_code == 1 and victim in lost["unreachable"]
     named = {name for v in lost["violations"] if v["kind"] in REPLICA_KINDS for name in v["nodes"]}
     assert named and named <= victim_nodes  # type: ignore[operator]
+    print(f"victim {victim}: {len(victim_nodes)} copies held, {len(named)} named")  # type: ignore[arg-type]
     repaired_code, repaired = seen["repaired"]  # type: ignore[misc]
     assert (repaired_code, repaired["violations"]) == (0, [])
     assert down.returncode == 0, down.stderr
