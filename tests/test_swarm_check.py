@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_runtime_cli import free_base, rc
@@ -121,7 +122,7 @@ def test_bad_input_is_one_line(
 REPLICA_KINDS = {str(Kind.REPLICAS_MISSING), str(Kind.REPLICA_ORPHAN)}
 
 
-def _check(swarm_dir: Path) -> tuple[int, dict]:  # type: ignore[type-arg]
+def _check(swarm_dir: Path) -> tuple[int, dict[str, Any]]:
     done = subprocess.run(
         [*RANGECAST, "swarm", "check", "--dir", str(swarm_dir), "--json"],
         capture_output=True,
@@ -156,9 +157,12 @@ def test_sixteen_peers_clean_then_lost_copies_then_clean(tmp_path: Path) -> None
     rng = random.Random(20)
     workload = thesis_workload(random.Random(200))
     subs = [workload.subscription(rng).describe(THESIS_SCHEMA) for _ in range(500)]
-    seen: dict[str, object] = {}
+    seen: dict[str, tuple[int, dict[str, Any]]] = {}
+    victim = ""
+    victim_nodes: set[str] = set()
 
     async def main() -> None:
+        nonlocal victim, victim_nodes
         # The clients stay connected: a subscription lives as long as its connection.
         async with connect("127.0.0.1", base) as a, connect("127.0.0.1", base + 1) as b:
             for k, expr in enumerate(subs):
@@ -170,7 +174,7 @@ def test_sixteen_peers_clean_then_lost_copies_then_clean(tmp_path: Path) -> None
                 held.setdefault(node.peer, set()).add(before.snapshot.name(node.schema, node.tid))
             # The victim: the peer holding the most copies, not one the clients use.
             victim = max(addresses[2:], key=lambda p: (len(held.get(p, ())), p))
-            seen["victim"], seen["victim_nodes"] = victim, held.get(victim, set())
+            victim_nodes = held.get(victim, set())
             os.kill(info["peers"][addresses.index(victim)]["pid"], signal.SIGKILL)
             seen["lost"] = await trio.to_thread.run_sync(_check, swarm_dir)
             for _ in range(60):  # detection (12 s), promotions, new replica sets
@@ -185,19 +189,18 @@ def test_sixteen_peers_clean_then_lost_copies_then_clean(tmp_path: Path) -> None
     finally:
         down = rc("swarm", "down", "--dir", str(swarm_dir))
     for stage in ("healthy", "lost", "repaired"):  # what -s shows
-        code, out = seen[stage]  # type: ignore[misc]
+        code, out = seen[stage]
         kinds = Counter(v["kind"] for v in out["violations"])
         print(stage, code, len(out["peers"]), out["copies"], dict(kinds), out["unreachable"])
         for v in [v for v in out["violations"] if v["kind"] in REPLICA_KINDS][:4]:
             print("   ", v)
-    healthy_code, healthy = seen["healthy"]  # type: ignore[misc]
+    healthy_code, healthy = seen["healthy"]
     assert (healthy_code, healthy["violations"], len(healthy["peers"])) == (0, [], n)
-    lost_code, lost = seen["lost"]  # type: ignore[misc]
-    victim, victim_nodes = seen["victim"], seen["victim_nodes"]
+    lost_code, lost = seen["lost"]
     assert lost_code == 1 and victim in lost["unreachable"]
     named = {name for v in lost["violations"] if v["kind"] in REPLICA_KINDS for name in v["nodes"]}
-    assert named and named <= victim_nodes  # type: ignore[operator]
-    print(f"victim {victim}: {len(victim_nodes)} copies held, {len(named)} named")  # type: ignore[arg-type]
-    repaired_code, repaired = seen["repaired"]  # type: ignore[misc]
+    assert named and named <= victim_nodes
+    print(f"victim {victim}: {len(victim_nodes)} copies held, {len(named)} named")
+    repaired_code, repaired = seen["repaired"]
     assert (repaired_code, repaired["violations"]) == (0, [])
     assert down.returncode == 0, down.stderr
