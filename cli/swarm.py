@@ -1,4 +1,4 @@
-"""``rangecast swarm up|status|down``: the parser of runtime.swarm's local swarm of peers.
+"""``rangecast swarm up|status|down|check``: the parser of runtime.swarm's local swarm of peers.
 
 The defaults of ``up`` are ``SwarmSpec``'s; ``--dht``, ``--lookup`` and ``--root-cache`` come
 from the one builder every command uses (cli.options.add_dht_options, as ``peer start``'s)."""
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rangecast.cli.options import add_dht_options
+from rangecast.cli.swarm_check import add_check_parser
 from rangecast.runtime import swarm
 from rangecast.runtime.swarm import SwarmSpec
 
@@ -75,6 +76,7 @@ def add_swarm_parser(top: Any) -> None:
     down.add_argument("--dir", required=True)
     down.add_argument("--grace", type=float, default=10.0, help="seconds before SIGKILL")
     down.set_defaults(func=_down)
+    add_check_parser(acts)
 
 
 __all__ = ["add_swarm_parser"]

@@ -93,7 +93,7 @@ class TreeHost(NodeBase):
                 PieceStored(sub.subscriber.id, sub.sid, sub.gen, sub.piece, tid, now)
             )
             self._send(owner, InstallAck(OP_INSERT, sub.sid, sub.gen, sub.piece, True), now)
-            if len(node.index) > self.capacity and tid.depth < self.cfg.max_depth:
+            if self.split_due(node):
                 self._split(msg.target.schema, space, node, now)
         else:
             found = node.index.remove(sub.subscriber.id, sub.sid, sub.gen, sub.piece)
@@ -101,12 +101,27 @@ class TreeHost(NodeBase):
                 self._replicate_op(key, OP_REMOVE, sub, now)
             self._send(owner, InstallAck(OP_REMOVE, sub.sid, sub.gen, sub.piece, found), now)
 
+    # The split rule: when a leaf splits, and which child each of its pieces goes to. A variant
+    # overrides these two in a subclass of PubSubNode (docs/testing.md tests one).
+
+    def split_due(self, node: TreeNode) -> bool:
+        """Does this leaf split now? (Over capacity, and not yet at ``max_depth``.)"""
+        return (
+            node.index is not None
+            and len(node.index) > self.capacity
+            and node.tid.depth < self.cfg.max_depth
+        )
+
+    def split_side(self, space: AttributeSpace, tid: TreeId, piece: StoredSub) -> int:
+        """The child (0 or 1) of the splitting leaf ``tid`` that takes ``piece``."""
+        return space.child_for(tid, piece.x, piece.y).path & 1
+
     def _split(self, schema: str, space: AttributeSpace, node: TreeNode, now: float) -> None:
         assert node.index is not None
         tid = node.tid
         halves: tuple[list[StoredSub], list[StoredSub]] = ([], [])
         for s in node.index:
-            halves[space.child_for(tid, s.x, s.y).path & 1].append(s)
+            halves[self.split_side(space, tid, s)].append(s)
         horizon = now - self.cfg.dedup_window_s
         seen = [eid for eid, t in node.seen.items() if t >= horizon]
         node.become_internal()
@@ -144,11 +159,7 @@ class TreeHost(NodeBase):
             for eid in msg.seen:
                 node.seen.setdefault(eid, now)
         self._unpark(key, now)
-        if (
-            node.index is not None
-            and len(node.index) > self.capacity
-            and tid.depth < self.cfg.max_depth
-        ):
+        if self.split_due(node):
             self._split(schema, space, node, now)
 
     def _on_leaf_update(self, msg: LeafUpdate, sender: Handle | None, now: float) -> None:

@@ -38,9 +38,11 @@ class OverlayPeer:
         capacity: int,
         rng: random.Random,
         overlay: OverlayConfig | None = None,
+        node_class: type[PubSubNode] = PubSubNode,
     ) -> None:
         self.dht = dht
-        self.overlay = PubSubNode(dht, schemas, capacity=capacity, rng=rng, config=overlay)
+        # ``node_class``: a subclass swaps a policy of the overlay (its split rule, say).
+        self.overlay = node_class(dht, schemas, capacity=capacity, rng=rng, config=overlay)
         # Bound once: the driver calls these for every message.
         self.receive = dht.receive
         self.take_messages = dht.take_messages

@@ -25,6 +25,7 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
@@ -44,6 +45,8 @@ from rangecast.runtime.messages import (
     StatusRequest,
     SubscribeReply,
     SubscribeRequest,
+    TreeReply,
+    TreeRequest,
     UnsubscribeRequest,
 )
 
@@ -204,6 +207,20 @@ class Client:
         assert isinstance(reply, StatusReply)
         data: dict[str, Any] = json.loads(reply.json)
         return data
+
+    async def tree(self) -> list[TreeReply]:
+        """The peer's tree state: every page of one picture of it (``runtime/treestate.py``;
+        ``rangecast.testkit.live`` makes a ``TreeSnapshot`` of them). ``RequestError`` if the
+        peer has none (not started yet)."""
+        pages: list[TreeReply] = []
+        while True:
+            reply = await self._call(partial(TreeRequest, page=len(pages)))
+            assert isinstance(reply, TreeReply)
+            if reply.error:
+                raise RequestError(reply.error)
+            pages.append(reply)
+            if not reply.more:
+                return pages
 
     # ------------------------------------------------------------------------------ plumbing
 

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import msgspec
 
-from rangecast.dht.wire import U32, U63, Finite, Message, MessageTable, Payload, WireBytes
+from rangecast.dht.wire import U8, U16, U32, U63, Finite, Message, MessageTable, Payload, WireBytes
 
 Key = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
 Signature = Annotated[bytes, msgspec.Meta(max_length=64)]
@@ -173,6 +173,95 @@ class Batch(Message, tag=143, frozen=True):
     )
 
 
+# ---------------------------------------------------------------------------- tree state
+# ``rangecast swarm check`` reads every peer's part of the distributed 2d-tree
+# (runtime/treestate.py builds it; testkit/live.py checks it). Tags 200+: well away from
+# the client API's, which grows from 144 up.
+
+#: Most items (nodes, rows, pieces) one ``TreeReply`` page carries: a piece encodes to under
+#: 100 bytes, so a page stays far below the frame limit (runtime/treestate.py pages by it).
+TREE_PAGE_ITEMS = 1000
+
+
+class WireTid(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A tree node's id (``TreeId``): attribute tree, depth, path bits."""
+
+    attr: U8
+    depth: U8
+    path: U63
+
+
+class WirePiece(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One stored subscription piece, without its predicates (``StoredSub``'s placement)."""
+
+    subscriber: WireBytes
+    sid: U32
+    gen: U16
+    base: U8
+    piece: U16
+    pieces: U16
+    piece_lo: Finite
+    piece_hi: Finite
+    x: Finite
+    y: Finite
+
+
+class WireHosted(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One copy of a tree node on the replying peer: the primary or a replica. A node with
+    many pieces is cut over several pages: each part repeats the header with the next pieces."""
+
+    schema: Name
+    tid: WireTid
+    primary: bool
+    leaf: bool
+    rows: Annotated[list[WireTid], msgspec.Meta(max_length=TREE_PAGE_ITEMS)]
+    pieces: Annotated[list[WirePiece], msgspec.Meta(max_length=TREE_PAGE_ITEMS)]
+
+
+class WireDomain(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    name: Name
+    lo: Finite
+    hi: Finite
+
+
+class WireSchema(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    name: Name
+    attributes: Annotated[list[WireDomain], msgspec.Meta(max_length=255)]
+
+
+class WireTreeConfig(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """The overlay configuration the tree follows (``OverlayConfig``'s checked fields)."""
+
+    replicas: U16
+    internal_replicas: U16
+    max_depth: U8
+    load_balancing: bool
+    cutoff: Finite
+
+
+class TreeRequest(Message, tag=200, frozen=True):
+    """Page ``page`` of the peer's tree state. Page 0 takes a fresh picture of it; the later
+    pages come from that same picture (kept per connection), so the pages agree."""
+
+    req: U32
+    page: U32
+
+
+class TreeReply(Message, tag=201, frozen=True):
+    """One page of the peer's tree state; ``more``: ask for the next page. ``schemas`` and
+    ``config`` are sent on page 0 only; ``error`` set: no state (the peer is not part of an
+    overlay, or a page was asked for out of order)."""
+
+    req: U32
+    page: U32
+    more: bool
+    state: Name
+    nodes: Annotated[list[WireHosted], msgspec.Meta(max_length=TREE_PAGE_ITEMS)]
+    schemas: Annotated[list[WireSchema], msgspec.Meta(max_length=256)]
+    config: WireTreeConfig | None = None
+    error: Text = ""
+
+
 #: The runtime's message table: sessions, envelopes and the client API.
 RUNTIME_TABLE = MessageTable(
     "runtime",
@@ -194,5 +283,7 @@ RUNTIME_TABLE = MessageTable(
         SessionAccept,
         Authed,
         Batch,
+        TreeRequest,
+        TreeReply,
     ),
 )

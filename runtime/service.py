@@ -21,6 +21,7 @@ import trio
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.wire import Codec, Message
 from rangecast.pubsub.node import EventDelivered
+from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import SchemaError, SchemaRegistry
 from rangecast.pubsub.subscription import Subscription, parse_subscription
 from rangecast.runtime.guard import Rejections, frame
@@ -35,9 +36,12 @@ from rangecast.runtime.messages import (
     StatusRequest,
     SubscribeReply,
     SubscribeRequest,
+    TreeReply,
+    TreeRequest,
     UnsubscribeRequest,
 )
 from rangecast.runtime.quotas import ClientConnection, Refusal
+from rangecast.runtime.treestate import TreePicture, picture
 
 
 class PeerApi(Protocol):
@@ -46,6 +50,8 @@ class PeerApi(Protocol):
 
     rejections: Rejections
     schemas: SchemaRegistry
+    #: The running core (None while starting): ``TreeRequest`` reads its tree nodes.
+    core: OverlayPeer | None
 
     def hello_reply(self) -> HelloReply: ...
     def subscribe(self, sub: Subscription, owner: Owner) -> int: ...
@@ -95,6 +101,8 @@ class ClientSession(Owner):
         self._attrs: dict[str, list[str]] = {}
         self._wire = wire
         self._dead = False
+        #: The tree state being sent page by page (``TreeRequest``), None between requests.
+        self._tree: TreePicture | None = None
 
     def start(self, nursery: trio.Nursery) -> None:
         """Run the writer in ``nursery``, the connection's: cancelling it closes the client."""
@@ -210,6 +218,35 @@ class ClientSession(Owner):
     def _status(self, msg: StatusRequest) -> None:
         self._out(StatusReply(msg.req, json.dumps(self.peer.status())))
 
+    def _tree_page(self, msg: TreeRequest) -> None:
+        core = self.peer.core
+        if core is None:
+            self._out(TreeReply(msg.req, msg.page, False, "starting", [], [], None, "no overlay"))
+            return
+        state = core.dht.state.value
+        if msg.page == 0:
+            self._tree = picture(core, self.peer.schemas)
+        pic = self._tree
+        if pic is None or msg.page >= len(pic.pages):
+            error = f"no page {msg.page}: ask for page 0 first"
+            self._out(TreeReply(msg.req, msg.page, False, state, [], [], None, error))
+            return
+        more = msg.page + 1 < len(pic.pages)
+        first = msg.page == 0
+        self._out(
+            TreeReply(
+                msg.req,
+                msg.page,
+                more,
+                state,
+                pic.pages[msg.page],
+                pic.schemas if first else [],
+                pic.config if first else None,
+            )
+        )
+        if not more:
+            self._tree = None
+
     # ---------------------------------------------------------------------- Owner upcalls
 
     def installed(self, sid: int) -> None:
@@ -253,4 +290,5 @@ _HANDLERS: dict[type[Message], Callable[[ClientSession, Any], None]] = {
     UnsubscribeRequest: ClientSession._unsubscribe,
     PublishRequest: ClientSession._publish,
     StatusRequest: ClientSession._status,
+    TreeRequest: ClientSession._tree_page,
 }

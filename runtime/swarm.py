@@ -117,6 +117,15 @@ def _read(dir_: Path) -> dict[str, Any]:
     return data
 
 
+def addresses(dir_: Path) -> list[str]:
+    """The ``HOST:PORT`` of every peer of the swarm in ``dir_`` (its ``swarm.json``), running
+    or not; ``LocalProtocolError`` naming the directory or file if there is no swarm there."""
+    peers = _read(dir_)["peers"]
+    if not all(isinstance(p, dict) and isinstance(p.get("address"), str) for p in peers):
+        raise LocalProtocolError(f"{dir_ / SWARM_FILE}: a peer without an address")
+    return [str(p["address"]) for p in peers]
+
+
 def _write(dir_: Path, data: dict[str, Any]) -> None:
     tmp = dir_ / (SWARM_FILE + ".tmp")
     try:

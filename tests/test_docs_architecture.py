@@ -29,7 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
-PACKAGES = ("dht", "multicast", "pubsub", "brokers", "sim", "runtime", "analysis", "cli")
+PACKAGES = ("dht", "multicast", "pubsub", "brokers", "sim", "runtime", "analysis", "testkit", "cli")
 
 _TICKS = re.compile(r"`([^`\n]+)`")
 _PATH = re.compile(r"^[A-Za-z0-9_./-]+(\.py|\.md|/)$")

@@ -1,7 +1,8 @@
 """The import graph, read from the source: no circles, and every edge points down the layers
 (docs/architecture.md): cores ``dht`` <- ``multicast`` <- ``pubsub`` <- drivers ``sim`` and
-``runtime`` <- ``analysis`` <- ``cli``. Every import counts, lazy and type-checking-only ones
-included: a circle hidden in a function body is still a circle for whoever reads or moves the code.
+``runtime`` <- ``analysis`` and the testing kit ``testkit`` <- ``cli``. Every import counts, lazy
+and type-checking-only ones included: a circle hidden in a function body is still a circle for
+whoever reads or moves the code.
 
 Every module is imported under the one ``rangecast`` namespace; a bare ``import dht`` (the folder
 name) would load a second copy of the module, so it is refused too."""
@@ -21,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pubsub",),
     ("brokers",),
     ("sim", "runtime"),
-    ("analysis",),
+    ("analysis", "testkit"),
     ("cli",),
 )
 PACKAGES = tuple(p for rank in LAYERS for p in rank)

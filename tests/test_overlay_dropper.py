@@ -96,7 +96,7 @@ def test_installs_and_events_equal_the_oracle_with_a_dropper(
         dropping.append(DroppingCore(core))
         return dropping[-1]
 
-    net = Net(n, seed, THESIS_SCHEMA, capacity=(3, 6), pastry=E2E, wrap={bad: wrap})
+    net = Net(n, seed, THESIS_SCHEMA, capacity=(3, 6), dht=E2E, wrap={bad: wrap})
     honest = [i for i in range(n) if i != bad]
     workload = Workload(THESIS_SCHEMA, THESIS_WORKLOAD, stream(seed, "layout"))
     rng = random.Random(seed)

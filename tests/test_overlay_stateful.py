@@ -1,4 +1,5 @@
-"""Stateful test of the content-based overlay: on one small simulated overlay, Hypothesis
+"""Stateful test of the content-based overlay, on the testing kit's machine
+(``rangecast.testkit.machine.OverlayMachine``): on one small simulated overlay, Hypothesis
 subscribes, unsubscribes, modifies, publishes (partial events too), lets time pass and settles,
 in any order. Whenever the overlay has settled:
 
@@ -10,7 +11,7 @@ in any order. Whenever the overlay has settled:
 * the stored pieces are exactly those of the active subscriptions, in their current form;
 * every subscription ends installed or removed as asked, and ``SubscriptionRemoved`` only ever
   arrives once no piece of the subscription is stored any more;
-* the distributed tree is sound (``overlay_harness.Net.check_tree``)."""
+* the distributed tree is sound (every checker of ``rangecast.testkit.invariants``)."""
 
 from __future__ import annotations
 
@@ -19,18 +20,13 @@ import random
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    rule,
-)
-from overlay_harness import Key, Net, Published, brute_force
+from hypothesis.stateful import initialize, rule
 
 from rangecast.pubsub.node import OverlayConfig
 from rangecast.pubsub.schema import THESIS_SCHEMA, Schema
 from rangecast.pubsub.subscription import Subscription, parse_subscription, where
-from rangecast.sim.streams import stream
-from rangecast.sim.workload import THESIS_WORKLOAD, Workload
+from rangecast.sim.workload import Workload
+from rangecast.testkit import machine as kit
 
 _BASE_EXAMPLES = settings().max_examples
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
@@ -63,21 +59,11 @@ def make_subscription(schema: Schema, workload: Workload, kind: str, seed: int) 
     return b.build()
 
 
-class OverlayMachine(RuleBasedStateMachine):
+class OverlayMachine(kit.OverlayMachine):
+    """The kit's machine with the overlay's own knobs drawn at the start, subscriptions and
+    events of the kinds above, modifications, and time passing without a settle."""
+
     max_nodes = 20
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net: Net | None = None
-        #: Subscriptions meant to be active (not unsubscribed), in their latest form.
-        self.desired: dict[Key, Subscription] = {}
-        self.doomed: set[Key] = set()
-        #: Subscriptions touched since the last settle, with every form they had meanwhile.
-        self.changing: dict[Key, list[Subscription]] = {}
-        self.pending: list[Published] = []
-        self.checks = 0
-
-    # ---------------------------------------------------------------------------- set-up
 
     @initialize(
         seed=SEEDS,
@@ -89,7 +75,7 @@ class OverlayMachine(RuleBasedStateMachine):
         probe=st.sampled_from(["unicast", "multicast"]),
         delivery=st.sampled_from(["unicast", "multicast", "lbdd"]),
     )
-    def setup(
+    def start(  # type: ignore[override]
         self,
         seed: int,
         n: int,
@@ -100,34 +86,11 @@ class OverlayMachine(RuleBasedStateMachine):
         probe: str,
         delivery: str,
     ) -> None:
-        n = min(n, self.max_nodes)
-        self.schema = THESIS_SCHEMA.with_partial(partial)
+        self.schema = THESIS_SCHEMA.with_partial(partial)  # type: ignore[misc]
         config = OverlayConfig(
             load_balancing=lb, probe=probe, delivery=delivery, lbdd_min_subscribers=2
         )
-        self.net = Net(n, seed, self.schema, capacity=cap, config=config, hop_acks=hop_acks)
-        self.workload = Workload(self.schema, THESIS_WORKLOAD, stream(seed, "layout"))
-
-    # ---------------------------------------------------------------------------- helpers
-
-    @property
-    def overlay(self) -> Net:
-        assert self.net is not None
-        return self.net
-
-    def changeable(self) -> list[Key]:
-        """Subscriptions the API lets us change now (not being removed)."""
-        net = self.overlay
-        return sorted(k for k in self.desired if k[1] in net.peers[k[0]].overlay.subscriptions())
-
-    def touched(self, key: Key, new: Subscription | None) -> None:
-        """``key`` changes to ``new`` (None: removed): events in flight may or may not see it."""
-        forms = self.changing.setdefault(key, [self.desired[key]] if key in self.desired else [])
-        if new is not None:
-            forms.append(new)
-        for ev in self.pending:
-            ev.expected.discard(key)
-            ev.unsure[key] = list(forms)
+        self.build(seed, min(n, self.max_nodes), capacity=cap, config=config, hop_acks=hop_acks)
 
     # ----------------------------------------------------------------------------- rules
 
@@ -137,30 +100,18 @@ class OverlayMachine(RuleBasedStateMachine):
         seed=SEEDS,
         count=st.sampled_from([1, 1, 4, 15, 40]),
     )
-    def subscribe(self, node: int, kind: str, seed: int, count: int) -> None:
+    def subscribe_kind(self, node: int, kind: str, seed: int, count: int) -> None:
         """``count`` subscriptions at once (from ``node`` and then random peers)."""
         net = self.overlay
         rng = random.Random(seed)
+        assert self.workload is not None
         for k in range(count):
             sub = make_subscription(self.schema, self.workload, kind, seed + k)
-            key = net.subscribe((node if k == 0 else rng.randrange(net.n)) % net.n, sub)
-            self.touched(key, sub)
-            self.desired[key] = sub
-
-    @rule(data=st.data(), count=st.sampled_from([1, 1, 5, 20]))
-    def unsubscribe(self, data: st.DataObject, count: int) -> None:
-        for _ in range(count):
-            keys = self.changeable()
-            if not keys:
-                return
-            key = data.draw(st.sampled_from(keys), label="unsubscribe")
-            self.overlay.unsubscribe(key)
-            self.touched(key, None)
-            del self.desired[key]
-            self.doomed.add(key)
+            self.add((node if k == 0 else rng.randrange(net.n)) % net.n, sub)
 
     @rule(data=st.data(), kind=SUB_KINDS, seed=SEEDS, count=st.sampled_from([1, 1, 5, 20]))
     def modify(self, data: st.DataObject, kind: str, seed: int, count: int) -> None:
+        assert self.workload is not None
         for k in range(count):
             keys = self.changeable()
             if not keys:
@@ -179,7 +130,7 @@ class OverlayMachine(RuleBasedStateMachine):
         count=st.sampled_from([1, 5, 20]),
         settled_only=st.booleans(),
     )
-    def publish(
+    def publish_kind(
         self, node: int, kind: str, seed: int, missing: float, count: int, settled_only: bool
     ) -> None:
         """``count`` events from ``node`` and random peers; ``settled_only``: settle first."""
@@ -187,7 +138,7 @@ class OverlayMachine(RuleBasedStateMachine):
         if settled_only:
             self.settle()
         rng = random.Random(seed)
-        stable = {k: s for k, s in self.desired.items() if k not in self.changing}
+        assert self.workload is not None
         for k in range(count):
             values: list[float | None] = list(self.workload.event(rng))
             if kind == "bounds" and self.desired:
@@ -195,61 +146,11 @@ class OverlayMachine(RuleBasedStateMachine):
                 for a, r in sub.ranges:
                     values[a] = rng.choice([r.lo, r.hi])
             values = [None if rng.random() < missing else v for v in values]
-            publisher = (node if k == 0 else rng.randrange(net.n)) % net.n
-            eid = net.publish(publisher, values)
-            self.pending.append(
-                Published(
-                    eid,
-                    tuple(values),
-                    publisher,
-                    brute_force(stable, values, self.schema.partial),
-                    {key: list(forms) for key, forms in self.changing.items()},
-                )
-            )
+            self.send((node if k == 0 else rng.randrange(net.n)) % net.n, tuple(values))
 
     @rule(dt=st.sampled_from([0.01, 0.05, 0.2, 1.0]))
     def advance(self, dt: float) -> None:
         self.overlay.run_for(dt)
-
-    @rule()
-    def settle(self) -> None:
-        net = self.overlay
-        net.settle()
-        self.check()
-
-    def teardown(self) -> None:
-        if self.net is not None:
-            self.settle()
-
-    # ---------------------------------------------------------------------------- checks
-
-    def check(self) -> None:
-        net = self.overlay
-        self.checks += 1
-        for key in self.desired:
-            assert net.last_event.get(key) == "installed", f"{key} not installed"
-        for key in self.doomed:
-            assert net.last_event.get(key) == "removed", f"{key} not removed"
-            assert net.removed[key] == 1
-        for i, peer in enumerate(net.peers):
-            subs = peer.overlay.subscriptions()
-            mine = {sid: s for (j, sid), s in self.desired.items() if j == i}
-            assert subs == mine, f"peer {i}: {subs} != {mine}"
-        assert not net.leftovers, f"pieces left after SubscriptionRemoved: {net.leftovers}"
-        net.check_pieces(dict(self.desired), lb_cutoff=self._cutoff())
-        net.check_tree(samples=150, seed=self.checks)
-        net.check_deliveries(self.pending)
-        assert net.stat("malformed") == 0
-        assert net.stat("lost") == 0
-        assert net.stat("park_timeouts") == 0
-        self.pending = []
-        self.changing = {}
-
-    def _cutoff(self) -> float | None:
-        net = self.overlay
-        if not net.config.load_balancing:
-            return None
-        return max(net.config.cutoff * (sp.max - sp.min) for sp in net.spaces)
 
 
 OverlayMachine.TestCase.settings = settings(
