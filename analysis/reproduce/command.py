@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -75,8 +77,10 @@ def _clock(s: float) -> str:
 class EtaProgress(Progress):
     """The sweep's progress lines, each with the time left for the whole reproduction."""
 
-    def __init__(self, specs: Sequence[RunSpec], quiet: bool) -> None:
+    def __init__(self, specs: Sequence[RunSpec], quiet: bool, slots: int) -> None:
         super().__init__(len(specs), quiet)
+        #: Runs at a time: before anything finishes, the estimates are shared among them.
+        self.slots = max(1, slots)
         self.specs = list(specs)
         self.est = {s.index: estimate_s(s) for s in specs}
         self.order = [s.index for s in dispatch_order(specs)]
@@ -98,7 +102,9 @@ class EtaProgress(Progress):
         if self.phase == "runs":
             done = self._done_est()
             # The pace so far (our estimates vs the clock), once something has finished.
-            pace = elapsed / done if done > 0 else 1.0
+            if done <= 0:  # nothing finished yet: the estimates, shared among the slots
+                return max(0.0, (runs_total + self.report_s) / self.slots - elapsed)
+            pace = elapsed / done
             return (runs_total - done) * pace + self.report_s * pace
         pace = self.runs_wall / runs_total if runs_total else 1.0
         return max(0.0, self.report_s * pace - (elapsed - self.runs_wall))
@@ -134,6 +140,16 @@ class Reproduction:
         return not self.problems
 
 
+def _slots(master: str) -> int:
+    """Tasks a Spark master runs at once, as far as its URL says (a cluster's: assume 2)."""
+    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master)
+    if m is None:
+        return 2
+    if m.group(1) == "*":
+        return os.cpu_count() or 1
+    return int(m.group(1) or 1)
+
+
 def _part(run_dir_name: str) -> str:
     """``r012_thesis-probe_probe-multicast_seed-1`` -> ``thesis-probe``."""
     return Path(run_dir_name).name.split("_")[1]
@@ -155,7 +171,7 @@ def reproduce(
     size = size or (QUICK if quick else FULL)
     plan, members = reproduction_plan(evaluation, size)
     prepare_out(out, force)  # (refuses a file, a non-empty directory, an unwritable place)
-    progress = EtaProgress(plan.runs, quiet)
+    progress = EtaProgress(plan.runs, quiet, _slots(master) if spark else jobs)
     progress.say(
         f"reproducing {evaluation} ({size.name}): {len(plan.runs)} runs "
         f"({', '.join(f'{k} {len(v)}' for k, v in members.items())}), then the report"
