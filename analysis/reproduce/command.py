@@ -308,9 +308,13 @@ def _size_text(size: Size) -> str:
         f"{', '.join(map(str, size.seeds))}; scalability {sizes}"
         f" nodes ({', '.join(size.latencies)}), seeds {', '.join(map(str, size.scale_seeds))}; "
         f"LBDD n = {', '.join(map(str, size.tree_subscribers))}, rate n = "
-        f"{', '.join(map(str, size.rate_subscribers))} ({size.rate_bytes / 2**20:g} MiB), "
-        f"{size.transfer_bytes / 2**30:g} GiB to 11"
+        f"{', '.join(map(str, size.rate_subscribers))} ({_bytes(size.rate_bytes)}), "
+        f"{_bytes(size.transfer_bytes)} to 11"
     )
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n / 2**20:g} MiB"
 
 
 def _draw(
