@@ -8,7 +8,6 @@ properties that only the run's summary holds (run.json), as in the report's LBDD
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -22,8 +21,6 @@ from rangecast.analysis.reproduce.compare import Check, Stat, stat_of
 #: The thesis' figures, then the LBDD paper's, in page order.
 THESIS_FIGURES = ("4.1", "4.2", "4.3", "4.4", "4.5", "4.6", "4.7", "4.8", "4.9", "4.10")
 LBDD_FIGURES = ("LBDD-tree", "LBDD-rate", "LBDD-8GB")
-#: The paper's LBDD rate: "stays about 24 Mbit/s as subscribers grow".
-LBDD_RATE_MBPS = 24.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +84,7 @@ def records(
     return out
 
 
-def _stat(runs: Sequence[RunRecord], path: str, scale: float = 1.0) -> Stat | None:
+def seed_stat(runs: Sequence[RunRecord], path: str, scale: float = 1.0) -> Stat | None:
     pairs = []
     for r in runs:
         v = dig(r.values, path)
@@ -122,7 +119,7 @@ def thesis_run_figures(base: Sequence[RunRecord]) -> list[FigureResult]:
     for ref in paper.THESIS_RUN:
         fig = by_fig.setdefault(ref.figure, FigureResult(ref.figure, titles[ref.figure]))
         assert ref.ours is not None
-        ours = _stat(base, ref.ours)
+        ours = seed_stat(base, ref.ours)
         unit = ref.unit
         if ref.latency:
             rtt = _rtt_stat(base, ref.ours)
@@ -194,7 +191,7 @@ def pair_figures(
                 figs[0],
                 f"probe bandwidth per event per node, mean ({label})",
                 "lower",
-                _stat(runs, f"{name}.mean"),
+                seed_stat(runs, f"{name}.mean"),
                 "B",
                 paper=value,
                 source=src1,
@@ -218,7 +215,7 @@ def pair_figures(
                 figs[1],
                 f"probe bandwidth per event, {top_word} ({label})",
                 "lower",
-                _stat(runs, f"{name}.{top_stat}"),
+                seed_stat(runs, f"{name}.{top_stat}"),
                 "B",
                 paper=top_pair[i] if top_pair else None,
                 paper_text="" if top_pair else "not given",
@@ -274,10 +271,10 @@ def scaling_figures(recs: Sequence[RunRecord]) -> list[FigureResult]:
         ns = sorted(sizes)
         for stat in ("mean", "max"):
             f9.series[f"{model}: {stat}"] = [
-                (n, s) for n in ns if (s := _stat(sizes[n], f"{lat}.{stat}"))
+                (n, s) for n in ns if (s := seed_stat(sizes[n], f"{lat}.{stat}"))
             ]
             f10.series[f"{model}: {stat}"] = [
-                (n, s) for n in ns if (s := _stat(sizes[n], f"{bw}.{stat}"))
+                (n, s) for n in ns if (s := seed_stat(sizes[n], f"{bw}.{stat}"))
             ]
         first, last = sizes[ns[0]], sizes[ns[-1]]
         growth = _ratio_stat(first, last, f"{lat}.mean")
@@ -299,7 +296,7 @@ def scaling_figures(recs: Sequence[RunRecord]) -> list[FigureResult]:
                 "4.9",
                 f"mean latency at {ns[0]:,} nodes, in mean RTTs ({model})",
                 "lower",
-                _stat(first, f"{lat}.mean"),
+                seed_stat(first, f"{lat}.mean"),
                 "ms",
                 paper=paper.SCALE_AVG_LATENCY_MS[1000],
                 source=paper.SCALE_AVG_SOURCE,
@@ -324,7 +321,7 @@ def scaling_figures(recs: Sequence[RunRecord]) -> list[FigureResult]:
                 source=paper.SCALE_MAX_SOURCE,
                 extra={
                     "lower_better": True,
-                    "max_ms": (_stat(last, f"{lat}.max") or Stat.of([0.0], [0])).as_dict(),
+                    "max_ms": (seed_stat(last, f"{lat}.max") or Stat.of([0.0], [0])).as_dict(),
                 },
             )
         )
@@ -360,7 +357,7 @@ def scaling_figures(recs: Sequence[RunRecord]) -> list[FigureResult]:
                     "4.10",
                     f"mean bandwidth at 1,000 nodes ({model})",
                     "lower",
-                    _stat(sizes[paper.THESIS_NODES], f"{bw}.mean"),
+                    seed_stat(sizes[paper.THESIS_NODES], f"{bw}.mean"),
                     "B",
                     paper=paper.PUBLISH_MEAN_B,
                     source="Fig 4.4's mean (4.3.2)",
@@ -380,162 +377,6 @@ def _ratio_stat(first: Sequence[RunRecord], last: Sequence[RunRecord], path: str
     )
 
 
-def lbdd_figures(recs: Sequence[RunRecord]) -> list[FigureResult]:
-    """The LBDD paper's table (tree shape for n subscribers), its rate as subscribers grow,
-    and the 8 GB transfer to 11 subscribers."""
-    trees: dict[int, list[RunRecord]] = defaultdict(list)
-    rates: dict[int, list[RunRecord]] = defaultdict(list)
-    for r in recs:
-        if r.part == "lbdd-trees":
-            trees[int(r.params["subscribers"])].append(r)
-        elif r.part == "lbdd-rate":
-            rates[int(r.params["subscribers"])].append(r)
-    tree = FigureResult(
-        "LBDD-tree", "LBDD tree: depth, buckets, out-degree, publisher contribution"
-    )
-    lo_d, hi_d = paper.LBDD_DEPTH
-    ns = sorted(trees)
-    for key in ("depth", "publisher_contribution", "mean_out_degree", "bucket_min", "bucket_max"):
-        tree.series[key] = [(n, s) for n in ns if (s := _stat(trees[n], key))]
-    for n in ns:
-        outside = "" if 100 <= n <= 500 else "the paper states it for n = 100..500"
-        tree.checks.append(
-            Check(
-                "LBDD-tree",
-                f"tree depth, n = {n}",
-                "range",
-                _stat(trees[n], "depth"),
-                "levels",
-                paper_range=(float(lo_d), float(hi_d)),
-                paper_text=f"{lo_d}..{hi_d}",
-                source=paper.LBDD_DEPTH_SOURCE,
-                not_applicable=outside,
-            )
-        )
-    if ns:
-        top = trees[ns[-1]]
-        tree.checks.append(
-            Check(
-                "LBDD-tree",
-                f"mean out-degree of a forwarder, n = {ns[-1]}",
-                "match",
-                _stat(top, "mean_out_degree"),
-                "",
-                paper=paper.LBDD_MEAN_OUT_DEGREE,
-                source=paper.LBDD_OUT_DEGREE_SOURCE,
-            )
-        )
-        lo_b, hi_b = paper.LBDD_BUCKETS_500
-        at500 = "" if ns[-1] == 500 else "the paper states it for n = 500"
-        for key, word in (("bucket_min", "lowest"), ("bucket_max", "highest")):
-            tree.checks.append(
-                Check(
-                    "LBDD-tree",
-                    f"{word} occupied bucket, n = {ns[-1]}",
-                    "range",
-                    _stat(top, key),
-                    "",
-                    paper_range=(float(lo_b), float(hi_b)),
-                    paper_text=f"{lo_b}..{hi_b}",
-                    source=paper.LBDD_BUCKETS_SOURCE,
-                    not_applicable=at500,
-                )
-            )
-        contrib = [s.mean for _, s in tree.series.get("publisher_contribution", [])]
-        tree.checks.append(
-            Check(
-                "LBDD-tree",
-                f"publisher contribution (copies / n) falls, n = {ns[0]}..{ns[-1]}",
-                "trend",
-                _stat(top, "publisher_contribution"),
-                "",
-                paper_text="falls as n grows",
-                source="LBDD paper, Fig. 4",
-                holds=None
-                if len(contrib) < 2
-                else all(b < a for a, b in itertools.pairwise(contrib)),
-            )
-        )
-    rate = FigureResult("LBDD-rate", "LBDD and point-to-point rate as subscribers grow")
-    rs = sorted(rates)
-    for key, label in (("lbdd", "LBDD"), ("p2p", "point-to-point")):
-        rate.series[label] = [(n, s) for n in rs if (s := _rate_stat(rates[n], f"{key}_time_s"))]
-    lbdd_pts = rate.series.get("LBDD", [])
-    if lbdd_pts:
-        flat = stat_of(
-            [
-                (r.seed, (_rate(r, "lbdd_time_s") or 0) / first)
-                for r in rates[rs[-1]]
-                if (first := _first_rate(rates[rs[0]], r.seed))
-            ]
-        )
-        rate.checks.append(
-            Check(
-                "LBDD-rate",
-                f"LBDD rate at n = {rs[-1]} over n = {rs[0]}",
-                "higher",
-                flat,
-                "x",
-                paper=1.0,
-                source="LBDD paper: the LBDD rate stays about 24 Mbit/s as subscribers grow",
-            )
-        )
-        rate.checks.append(
-            Check(
-                "LBDD-rate",
-                f"LBDD rate, n = {rs[-1]}",
-                "higher",
-                lbdd_pts[-1][1],
-                "Mbit/s",
-                paper=LBDD_RATE_MBPS,
-                source="LBDD paper: about 24 Mbit/s (100 Mbit/s LAN)",
-            )
-        )
-    big = FigureResult("LBDD-8GB", "8 GB to 11 subscribers: LBDD against point-to-point")
-    eight = [r for r in recs if r.part == "lbdd-8gb"]
-    for key, value, kind, what in (
-        ("p2p_over_lbdd", paper.LBDD_RATIO, "higher", "point-to-point / LBDD time"),
-        ("lbdd_time_s", paper.LBDD_LBDD_S, "lower", "LBDD time"),
-        ("p2p_time_s", paper.LBDD_P2P_S, "lower", "point-to-point time"),
-    ):
-        scale = 1.0
-        size = eight[0].params.get("data_bytes", 0) if eight else 0
-        if key != "p2p_over_lbdd" and size:
-            # Times scale with the bytes (a pipelined transfer at a fixed uplink): a smaller
-            # transfer is compared as if it had moved the paper's 8 GB.
-            scale = (8 * 1024**3) / size
-        big.checks.append(
-            Check(
-                "LBDD-8GB",
-                what + ("" if scale == 1.0 else f" (x{scale:g}, scaled to 8 GB)"),
-                kind,
-                _stat(eight, key, scale),
-                "" if key == "p2p_over_lbdd" else "s",
-                paper=value,
-                source=paper.LBDD_SOURCE,
-            )
-        )
-    big.series["max_out_degree"] = [(11, s)] if (s := _stat(eight, "max_out_degree")) else []
-    return [tree, rate, big]
-
-
-def _rate(r: RunRecord, key: str) -> float | None:
-    t = dig(r.values, key)
-    size = dig(r.values, "data_bytes")
-    return None if not t or not size else size * 8 / t / 1e6
-
-
-def _first_rate(runs: Sequence[RunRecord], seed: int) -> float | None:
-    for r in runs:
-        if r.seed == seed:
-            return _rate(r, "lbdd_time_s")
-    return None
-
-
-def _rate_stat(runs: Sequence[RunRecord], key: str) -> Stat | None:
-    return stat_of([(r.seed, _rate(r, key)) for r in runs])
-
-
 def evaluate(recs: Sequence[RunRecord], base_nodes: int) -> list[FigureResult]:
     """Every figure the runs allow, in page order."""
     out: list[FigureResult] = []
@@ -547,5 +388,7 @@ def evaluate(recs: Sequence[RunRecord], base_nodes: int) -> list[FigureResult]:
         out += pair_figures(base, [r for r in thesis if r.part == "thesis-lb"], "lb")
         out += scaling_figures(thesis)
     if any(r.part.startswith("lbdd-") for r in recs):
+        from rangecast.analysis.reproduce.lbdd import lbdd_figures
+
         out += lbdd_figures(recs)
     return out

@@ -22,7 +22,8 @@ from rangecast.analysis.reproduce.compare import (
     figure_verdict,
     fmt_stat,
 )
-from rangecast.analysis.reproduce.evaluate import LBDD_RATE_MBPS, FigureResult
+from rangecast.analysis.reproduce.evaluate import FigureResult
+from rangecast.analysis.reproduce.lbdd import LBDD_RATE_MBPS
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1400px; color: #222; }
