@@ -44,7 +44,7 @@ def add_reproduce_parser(top: argparse._SubParsersAction) -> None:  # type: igno
         description="Run every experiment an evaluation needs as one sweep (Spark tasks with "
         "--spark, else two local processes), recompute every run's figures from its log with "
         "Spark, and write OUT/report.html (every figure of the thesis' Chapter 4 and the LBDD "
-        "paper's table and figures, over several seeds with 95%% intervals, beside the papers' "
+        "paper's table and figures, over several seeds with 95% intervals, beside the papers' "
         "values, with the reasons for the differences) and OUT/reproduction.json. "
         "See docs/reproduce.md.",
     )
