@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     from rangecast.cli.compare import add_compare_parser
     from rangecast.cli.peer import add_runtime_parsers
     from rangecast.cli.report import add_report_parser
+    from rangecast.cli.reproduce import add_reproduce_parser
     from rangecast.cli.sim import add_sim_parser
 
     parser = _Parser(
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sim_parser(top)
     add_compare_parser(top)
     add_report_parser(top)
+    add_reproduce_parser(top)
     add_runtime_parsers(top)
     _same_help(parser)
     return parser

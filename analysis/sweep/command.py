@@ -73,12 +73,15 @@ def run_sweep(
     report: bool = True,
     quiet: bool = False,
     force: bool = False,
+    progress: Progress | None = None,
 ) -> SweepResult:
-    """Run ``plan`` into ``out``: run logs in ``out/runs/``, the table, and (Spark) the report."""
+    """Run ``plan`` into ``out``: run logs in ``out/runs/``, the table, and (Spark) the report.
+    ``progress``: where progress goes (a caller's own, e.g. with an ETA over more than this
+    sweep); by default a ``Progress`` on stderr, silent when ``quiet``."""
     if jobs < 1:
         raise LocalProtocolError("--jobs must be at least 1")
     prepare_out(out, force)
-    progress = Progress(len(plan.runs), quiet)
+    progress = progress or Progress(len(plan.runs), quiet)
     where = f"Spark ({master})" if spark else f"{jobs} local process{'es' if jobs > 1 else ''}"
     progress.say(f"plan {plan.name} ({plan.source}): {len(plan.runs)} runs on {where}, into {out}")
     wall0 = time.perf_counter()

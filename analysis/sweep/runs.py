@@ -120,6 +120,10 @@ class Progress:
     def started(self, spec: RunSpec) -> None:
         self.say(f"started  {spec.run_id}  ({spec.label})")
 
+    def status(self, active: int, completed: int, total: int) -> None:
+        """Spark's count of the sweep's tasks (run_spark polls it; it cannot say which ran)."""
+        self.say(f"spark: {active} running, {completed}/{total} done")
+
     def finished(self, spec: RunSpec, outcome: dict[str, Any]) -> None:
         self.done += 1
         if outcome["status"] == "ok":

@@ -114,7 +114,7 @@ def run_spark(
             now = time.monotonic()
             if (active, completed) != seen or now - last_beat >= HEARTBEAT_S:
                 seen, last_beat = (active, completed), now
-                progress.say(f"spark: {active} running, {completed}/{len(ordered)} done")
+                progress.status(active, completed, len(ordered))
     except BaseException:
         # Ctrl-C: stop the tasks (their Python workers) before the session goes.
         sc.cancelAllJobs()
