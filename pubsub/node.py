@@ -46,6 +46,7 @@ from rangecast.dht.routing import Peer
 from rangecast.dht.timers import TimerHeap
 from rangecast.dht.wire import Handle, Message
 from rangecast.pubsub.base import (
+    T_EXPIRE,
     T_PARK,
     T_RECONCILE,
     T_REFRESH,
@@ -68,6 +69,7 @@ from rangecast.pubsub.events import (
     SubscriptionInstalled,
     SubscriptionRemoved,
 )
+from rangecast.pubsub.expiry import Expiry, ExpiryQueue
 from rangecast.pubsub.host import TreeHost
 from rangecast.pubsub.messages import (
     PUBSUB_TABLE,
@@ -93,7 +95,7 @@ from rangecast.pubsub.tree import TreeNode
 log = logging.getLogger("rangecast.pubsub")
 
 
-class PubSubNode(Subscriber, Publisher, TreeHost, Replication, NodeBase, Application):
+class PubSubNode(Subscriber, Publisher, TreeHost, Replication, Expiry, NodeBase, Application):
     def __init__(
         self,
         dht: DhtCore,
@@ -131,6 +133,11 @@ class PubSubNode(Subscriber, Publisher, TreeHost, Replication, NodeBase, Applica
         #: The heap's list, read by ``get_timer`` (and ``OverlayPeer``) without a call.
         self._timer_heap = self._timers.heap
         self._replica_of = {}
+        # Expiry needs the subscribers' refresh, which runs only where the DHT detects
+        # failures (``Replication.ready``).
+        refreshed = dht.cfg.keepalive_s != math.inf and self.cfg.refresh_s != math.inf
+        expire = self.cfg.expire_after_s
+        self._expiry = ExpiryQueue(expire) if refreshed and expire != math.inf else None
         self._ready_at = -math.inf
         self._codec = dht.codec
         # The dissemination strategies, chosen once: the node calls their bound methods.
@@ -220,6 +227,7 @@ _TIMERS: dict[int, Callable[[PubSubNode, Any, float], None]] = {
     T_PARK: PubSubNode._on_park_timer,
     T_RECONCILE: PubSubNode._on_reconcile_timer,
     T_REFRESH: PubSubNode._on_refresh_timer,
+    T_EXPIRE: PubSubNode._on_expire_timer,
 }
 
 __all__ = [

@@ -171,9 +171,13 @@ class Subscriber(NodeBase):
                     self._probe_sub(OP_INSERT, schema, self._space(schema, piece.base), piece, now)
                 continue
             op = OP_INSERT if rec.state == "installing" else OP_REMOVE
+            # Where stored pieces expire, the acknowledged pieces of an install are refreshed
+            # too: an install held up by one lost piece must not lose the others meanwhile.
+            keep = op == OP_INSERT and self._expiry is not None
             for piece in rec.pieces:
-                if piece.piece not in rec.acked:
-                    self.stats.retries += 1
+                unacked = piece.piece not in rec.acked
+                if unacked or keep:
+                    self.stats.retries += unacked
                     self._probe_sub(op, schema, self._space(schema, piece.base), piece, now)
         self.stats.refreshes += 1
 

@@ -1,0 +1,135 @@
+"""Expiry of stored subscription pieces: soft state at the tree host, the other half of the
+subscriber's refresh.
+
+Theory of operation
+-------------------
+A subscriber re-probes every piece of its active subscriptions every ``refresh_s``
+(``pubsub.subscriber``). With ``OverlayConfig.expire_after_s`` set, the primary of every leaf
+remembers when each of its pieces was last installed or refreshed; a piece that no probe has
+refreshed for ``expire_after_s`` is removed as an unsubscription would remove it (its replicas
+too, through the ordinary ``ReplicaOp``) and counted in ``stats.expired``. A subscriber that is
+gone (its peer died or left without unsubscribing) thus stops costing the swarm after one
+period, and so does an orphan piece (one a refresh stored again while its removal was on its
+way). A live subscriber whose piece expired anyway (all its refreshes lost for a whole period)
+gets it back with its next refresh, which stores it anew.
+
+Only primaries keep the times; a replica's copy changes only through ``ReplicaOp``. Where a
+piece changes hands its age restarts, as the wire carries no ages: a replica promoted after a
+failure counts its pieces fresh at promotion, a hand-off's new root at arrival, a split's
+children at the transfer. That delays an expiry by at most one period per move, never causes
+one early.
+
+The sweep costs nothing per piece per tick: ``ExpiryQueue`` keeps one heap entry per tracked
+piece, at the deadline it had when the entry was pushed. A refresh only updates the piece's
+time (a dictionary write); the entry, when it comes due, is pushed again at the new deadline if
+the piece was refreshed meanwhile. Each piece thus costs one pop and one push per
+``expire_after_s``, whatever the refresh rate. A piece removed, split away or handed off is not
+looked for: its entry, when due, finds no such piece at a hosted leaf and is dropped. The sweep
+runs every ``refresh_s / 2`` (``T_EXPIRE``), so a piece goes between ``expire_after_s`` and
+``expire_after_s + refresh_s / 2`` after its last refresh.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any
+
+from rangecast.pubsub.base import T_EXPIRE, NodeBase, NodeKey
+from rangecast.pubsub.messages import OP_REMOVE, StoredSub
+from rangecast.pubsub.tree import TreeNode
+
+#: A tracked piece: the tree node holding it and the piece's identity at its leaf.
+Entry = tuple[NodeKey, bytes, int, int, int]
+
+
+class ExpiryQueue:
+    """When each tracked piece was last refreshed, and a heap of deadlines to find the stale
+    ones without a scan (see the module's header)."""
+
+    __slots__ = ("_at", "_heap", "_queued", "_seq", "ttl")
+
+    def __init__(self, ttl: float) -> None:
+        if not 0.0 < ttl < math.inf:
+            raise ValueError("an expiry queue needs a finite, positive ttl")
+        self.ttl = ttl
+        #: Entry -> when it was last installed or refreshed.
+        self._at: dict[Entry, float] = {}
+        #: (deadline, tie-breaker, entry); at most one per entry (``_queued``).
+        self._heap: list[tuple[float, int, Entry]] = []
+        self._queued: set[Entry] = set()
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def touch(self, entry: Entry, now: float) -> None:
+        """The piece was installed or refreshed at ``now``."""
+        self._at[entry] = now
+        if entry not in self._queued:
+            self._queued.add(entry)
+            self._seq += 1
+            heapq.heappush(self._heap, (now + self.ttl, self._seq, entry))
+
+    def forget(self, entry: Entry) -> None:
+        """Stop tracking a piece (its heap entry is dropped when it comes due)."""
+        self._at.pop(entry, None)
+
+    def due(self, now: float) -> list[Entry]:
+        """The tracked pieces not refreshed for ``ttl`` by ``now``; they are forgotten."""
+        heap, at, queued, ttl = self._heap, self._at, self._queued, self.ttl
+        out = []
+        while heap and heap[0][0] <= now:
+            _, _, entry = heapq.heappop(heap)
+            queued.discard(entry)
+            last = at.get(entry)
+            if last is None:
+                continue
+            deadline = last + ttl
+            if deadline > now:  # refreshed since the entry was pushed: wait for the new one
+                queued.add(entry)
+                self._seq += 1
+                heapq.heappush(heap, (deadline, self._seq, entry))
+                continue
+            del at[entry]
+            out.append(entry)
+        return out
+
+
+class Expiry(NodeBase):
+    """The expiry part of ``PubSubNode`` (``_expiry`` is None while expiry is off)."""
+
+    def _touch(self, key: NodeKey, s: StoredSub, now: float) -> None:
+        """A primary leaf stored or was re-sent piece ``s``."""
+        if self._expiry is not None:
+            self._expiry.touch((key, s.subscriber.id, s.sid, s.gen, s.piece), now)
+
+    def _touch_node(self, key: NodeKey, node: TreeNode, now: float) -> None:
+        """Every piece of ``node`` counts as fresh: it has just become a primary here."""
+        if self._expiry is not None and node.index is not None:
+            for s in node.index:
+                self._expiry.touch((key, s.subscriber.id, s.sid, s.gen, s.piece), now)
+
+    def _forget(self, key: NodeKey, s: StoredSub) -> None:
+        if self._expiry is not None:
+            self._expiry.forget((key, s.subscriber.id, s.sid, s.gen, s.piece))
+
+    def _on_expire_timer(self, arg: Any, now: float) -> None:
+        self._expire(now)
+        self._timers.push(now + self.cfg.refresh_s / 2.0, T_EXPIRE)
+
+    def _expire(self, now: float) -> None:
+        """Remove every piece not refreshed for ``expire_after_s``, at its replicas too."""
+        if self._expiry is None:
+            return
+        for entry in self._expiry.due(now):
+            key, owner, sid, gen, piece = entry
+            node = self.nodes.get(key)
+            if node is None or node.index is None:
+                continue  # split or handed off since: the piece's new holder tracks it
+            s = node.index.get(owner, sid, gen, piece)
+            if s is None:
+                continue
+            node.index.remove(owner, sid, gen, piece)
+            self.stats.expired += 1
+            self._replicate_op(key, OP_REMOVE, s, now)

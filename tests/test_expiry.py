@@ -1,0 +1,206 @@
+"""Soft state end to end: stored subscription pieces that no subscriber refreshes expire at their
+tree host and at its replicas (``pubsub.expiry``); the pieces of live subscribers never do."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.node import PastryConfig, PastryNode
+from rangecast.dht.wire import codec_for
+from rangecast.pubsub.expiry import Entry, ExpiryQueue
+from rangecast.pubsub.node import OverlayConfig
+from rangecast.pubsub.peer import OverlayPeer
+from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
+from rangecast.pubsub.space import TreeId
+from rangecast.sim.engine import Simulator
+from rangecast.sim.latency import SyntheticLatency
+from rangecast.sim.network import SimNetwork
+from rangecast.sim.streams import stream
+from rangecast.sim.workload import THESIS_WORKLOAD, Workload
+
+PEERS = 20
+
+
+def entry(k: int) -> Entry:
+    return (("s", TreeId(0, 0, 0)), bytes([k]), k, 0, 0)
+
+
+# --------------------------------------------------------------------------- the queue
+
+
+def test_the_config_asks_expiry_to_outlast_two_refreshes() -> None:
+    OverlayConfig(refresh_s=30.0, expire_after_s=60.0)
+    for bad in (59.0, 0.0, -1.0, math.nan):
+        with pytest.raises(LocalProtocolError, match="expire_after_s"):
+            OverlayConfig(refresh_s=30.0, expire_after_s=bad)
+    with pytest.raises(LocalProtocolError, match="expire_after_s"):
+        OverlayConfig(refresh_s=math.inf, expire_after_s=90.0)
+    assert OverlayConfig().expire_after_s == math.inf  # off unless asked for
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["touch", "forget", "due"]), st.integers(0, 7), st.floats(0, 5)),
+        max_size=80,
+    )
+)
+def test_the_queue_gives_exactly_the_stale_entries_once(ops: list[tuple[str, int, float]]) -> None:
+    """Against a plain dictionary of last refreshes: ``due`` gives every entry whose last touch
+    is ``ttl`` old, each once, and nothing else; the heap holds one entry per piece at most."""
+    ttl = 3.0
+    q = ExpiryQueue(ttl)
+    last: dict[Entry, float] = {}
+    now = 0.0
+    for op, k, dt in ops:
+        now += dt
+        e = entry(k)
+        if op == "touch":
+            q.touch(e, now)
+            last[e] = now
+        elif op == "forget":
+            q.forget(e)
+            last.pop(e, None)
+        else:
+            want = {x for x, t in last.items() if t + ttl <= now}
+            got = q.due(now)
+            assert len(got) == len(set(got))
+            assert set(got) == want
+            for x in want:
+                del last[x]
+        assert len(q) == len(last)
+        assert len(q._heap) <= 8
+
+
+def test_a_refresh_moves_the_deadline_without_a_second_heap_entry() -> None:
+    q = ExpiryQueue(10.0)
+    q.touch(entry(1), 0.0)
+    for t in range(1, 50):
+        q.touch(entry(1), float(t))  # refreshed every second: never due
+        assert q.due(float(t)) == []
+        assert len(q._heap) == 1
+    assert q.due(58.9) == []
+    assert q.due(59.0) == [entry(1)]
+    assert q.due(1000.0) == []
+
+
+# ---------------------------------------------------------------- a simulated overlay
+
+
+class Overlay:
+    """``PEERS`` peers with failure detection (keep-alives, hop acks), k = 3 replicas, a refresh
+    every 10 s and, unless ``expire`` is inf, expiry after ``expire`` seconds."""
+
+    def __init__(self, seed: int, expire: float) -> None:
+        registry = SchemaRegistry((THESIS_SCHEMA,))
+        self.sim = Simulator(
+            SyntheticLatency(seed, sites=16),
+            stream(seed, "network"),
+            codec=codec_for(*OverlayPeer.TABLES),
+        )
+        cfg = OverlayConfig(replicas=3, refresh_s=10.0, expire_after_s=expire)
+        proto = stream(seed, "overlay")
+
+        def make(i: int, node: PastryNode) -> OverlayPeer:
+            return OverlayPeer(node, schemas=registry, capacity=3, rng=proto, overlay=cfg)
+
+        self.net = SimNetwork(self.sim, seed, config=PastryConfig(), core_factory=make)
+        self.net.oracle_bootstrap(self.net.create(PEERS))
+        self.peers: list[OverlayPeer] = self.net.cores  # type: ignore[assignment]
+        self.ids = [self.net.space.to_bytes(p.id) for p in self.net.peers]
+        workload = Workload(THESIS_SCHEMA, THESIS_WORKLOAD, random.Random(seed))
+        rng = random.Random(seed + 1)
+        for i in range(PEERS):
+            for _ in range(2):
+                self.peers[i].overlay.subscribe(workload.subscription(rng), self.sim.now)
+            self.sim.poke(i)
+
+    def run(self, seconds: float) -> None:
+        self.sim.run(until=self.sim.now + seconds)
+
+    def pieces_of(self, i: int, *, replicas: bool) -> int:
+        """Pieces of subscriber ``i`` stored at live primaries (and their replicas)."""
+        n = 0
+        for j, p in enumerate(self.peers):
+            if not self.sim.alive[j]:
+                continue
+            nodes = list(p.overlay.nodes.values())
+            if replicas:
+                nodes += p.overlay.replicas.values()
+            for node in nodes:
+                if node.index is not None:
+                    n += sum(1 for s in node.index if s.subscriber.id == self.ids[i])
+        return n
+
+    def expected_pieces(self, i: int) -> int:
+        return sum(len(rec.pieces) for rec in self.peers[i].overlay._subs.values())
+
+    def expired(self) -> int:
+        return sum(p.overlay.stats.expired for p in self.peers)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_subscriber_that_stops_refreshing_loses_its_pieces_everywhere(seed: int) -> None:
+    net = Overlay(seed, expire=30.0)
+    net.run(40.0)
+    quiet = 3
+    for i in range(PEERS):  # everything is installed, at the primaries and their replicas
+        assert net.pieces_of(i, replicas=False) == net.expected_pieces(i) > 0
+    gone = net.expected_pieces(quiet)
+    assert net.pieces_of(quiet, replicas=True) >= 3 * gone - 2  # k = 3 copies (some may lag)
+    assert net.expired() == 0  # live subscribers' pieces never expire
+    net.peers[quiet].overlay._subs.clear()  # alive, but it forgot them: no more refreshes
+    net.run(40.0)  # expire_after_s, a sweep period, and time for the ReplicaOps
+    assert net.pieces_of(quiet, replicas=True) == 0
+    assert net.expired() == gone
+    for i in range(PEERS):
+        if i != quiet:
+            assert net.pieces_of(i, replicas=False) == net.expected_pieces(i)
+    net.run(100.0)  # many periods later the live ones are all still there
+    assert net.expired() == gone
+    for i in range(PEERS):
+        if i != quiet:
+            assert net.pieces_of(i, replicas=False) == net.expected_pieces(i)
+
+
+def test_a_crashed_subscriber_and_a_crashed_host_lose_nothing_but_the_dead_ones_pieces() -> None:
+    """The subscriber dies, and so does a peer hosting some of its pieces: a replica promoted
+    meanwhile counts its copies fresh at promotion, then expires them like any other."""
+    net = Overlay(5, expire=30.0)
+    net.run(40.0)
+    dead = 7
+    host = next(
+        j
+        for j, p in enumerate(net.peers)
+        if j != dead
+        and any(
+            n.index is not None and any(s.subscriber.id == net.ids[dead] for s in n.index)
+            for n in p.overlay.nodes.values()
+        )
+    )
+    net.sim.crash(dead)
+    net.sim.crash(host)
+    net.run(80.0)
+    assert sum(p.overlay.stats.promoted for p in net.peers) > 0
+    assert net.pieces_of(dead, replicas=True) == 0
+    assert net.expired() >= net.expected_pieces(dead)
+    for i in range(PEERS):
+        if i not in (dead, host):
+            assert net.pieces_of(i, replicas=False) == net.expected_pieces(i)
+
+
+def test_without_expiry_the_pieces_of_a_silent_subscriber_stay() -> None:
+    """The default (so the tests above do not pass by accident): soft state only one way."""
+    net = Overlay(1, expire=math.inf)
+    net.run(40.0)
+    kept = net.expected_pieces(3)
+    net.peers[3].overlay._subs.clear()
+    net.run(80.0)
+    assert net.pieces_of(3, replicas=False) == kept
+    assert net.expired() == 0
