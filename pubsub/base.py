@@ -29,7 +29,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rangecast.dht.core import DhtCore, DropStats
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
@@ -41,9 +41,6 @@ from rangecast.pubsub.messages import Event, ProbePub, ProbeSub, ProbeTarget, Re
 from rangecast.pubsub.schema import Schema, SchemaRegistry
 from rangecast.pubsub.space import MAX_DEPTH, AttributeSpace, TreeId
 from rangecast.pubsub.tree import TreeNode
-
-if TYPE_CHECKING:
-    from rangecast.pubsub.expiry import ExpiryQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,8 +200,8 @@ class NodeBase:
     _spaces: dict[tuple[str, int], AttributeSpace]
     _schemas_seen: dict[str, Schema]
     _keys: dict[NodeKey, int]
-    #: When each piece at a primary was last refreshed; None while expiry is off.
-    _expiry: ExpiryQueue | None
+    #: Whether stored pieces expire here (``pubsub.expiry``: configured, and refreshed).
+    _expiring: bool
 
     # One part calls another through these; each is a method of one part (or, for the two
     # strategies, the bound method of the strategy object the node chose when it was built).

@@ -97,7 +97,10 @@ class ExpiryQueue:
 
 
 class Expiry(NodeBase):
-    """The expiry part of ``PubSubNode`` (``_expiry`` is None while expiry is off)."""
+    """The expiry part of ``PubSubNode``."""
+
+    #: When each piece at a primary was last refreshed; None while expiry is off.
+    _expiry: ExpiryQueue | None
 
     def _touch(self, key: NodeKey, s: StoredSub, now: float) -> None:
         """A primary leaf stored or was re-sent piece ``s``."""

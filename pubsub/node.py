@@ -137,7 +137,8 @@ class PubSubNode(Subscriber, Publisher, TreeHost, Replication, Expiry, NodeBase,
         # failures (``Replication.ready``).
         refreshed = dht.cfg.keepalive_s != math.inf and self.cfg.refresh_s != math.inf
         expire = self.cfg.expire_after_s
-        self._expiry = ExpiryQueue(expire) if refreshed and expire != math.inf else None
+        self._expiring = refreshed and expire != math.inf
+        self._expiry = ExpiryQueue(expire) if self._expiring else None
         self._ready_at = -math.inf
         self._codec = dht.codec
         # The dissemination strategies, chosen once: the node calls their bound methods.

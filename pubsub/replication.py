@@ -69,7 +69,7 @@ class Replication(NodeBase):
             self._timers.push(now + self.rng.uniform(0.0, self.cfg.reconcile_s), T_RECONCILE)
             if self.cfg.refresh_s != math.inf:
                 self._timers.push(now + self.rng.uniform(0.0, self.cfg.refresh_s), T_REFRESH)
-            if self._expiry is not None:
+            if self._expiring:
                 self._timers.push(now + self.cfg.refresh_s / 2.0, T_EXPIRE)
 
     def update(self, peer: Peer, joined: bool, now: float) -> None:

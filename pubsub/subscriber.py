@@ -173,7 +173,7 @@ class Subscriber(NodeBase):
             op = OP_INSERT if rec.state == "installing" else OP_REMOVE
             # Where stored pieces expire, the acknowledged pieces of an install are refreshed
             # too: an install held up by one lost piece must not lose the others meanwhile.
-            keep = op == OP_INSERT and self._expiry is not None
+            keep = op == OP_INSERT and self._expiring
             for piece in rec.pieces:
                 unacked = piece.piece not in rec.acked
                 if unacked or keep:
