@@ -18,7 +18,6 @@ from rangecast.cli.options import add_dht_options
 from rangecast.cli.swarm import add_swarm_parser
 from rangecast.dht.errors import LocalProtocolError, RangecastError
 from rangecast.dht.substrate import SUBSTRATES
-from rangecast.pubsub.node import OverlayConfig
 from rangecast.pubsub.schema import Schema, SchemaRegistry, builtin_schemas
 from rangecast.runtime.identity import (
     DEFAULT_ID_DIFFICULTY,
@@ -69,7 +68,7 @@ async def _check_peer_schema(client: Any, name: str, via: str) -> None:
 def _peer_start(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from rangecast.runtime.peer import RUNTIME_KADEMLIA, PeerConfig, PeerRuntime
+    from rangecast.runtime.peer import RUNTIME_KADEMLIA, RUNTIME_OVERLAY, PeerConfig, PeerRuntime
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -139,7 +138,7 @@ def _peer_start(args: argparse.Namespace) -> int:
         dht=dht,
         kademlia=kademlia,
         capacity=args.capacity,
-        overlay=OverlayConfig(probe=args.probe, delivery=args.delivery),
+        overlay=replace(RUNTIME_OVERLAY, probe=args.probe, delivery=args.delivery),
         # Remembered peers may all be gone for a while (a whole swarm restarting): keep trying.
         join_retry_max_s=30.0 if remembered else 0.0,
         alone_if_unreachable=args.alone_if_unreachable,
@@ -269,7 +268,8 @@ def _format_status(st: dict[str, Any]) -> str:
     leaves = [t for t in st["tree_nodes"] if t["leaf"]]
     lines.append(
         f"tree      {len(st['tree_nodes'])} tree nodes hosted ({len(leaves)} leaves, "
-        f"{sum(t.get('subscriptions', 0) for t in leaves)} stored subscriptions)"
+        f"{sum(t.get('subscriptions', 0) for t in leaves)} stored subscriptions, "
+        f"{st.get('overlay', {}).get('expired', 0)} pieces expired unrefreshed)"
     )
     lines.append(f"subs      {st['subscriptions']} subscriptions of this peer's clients")
     reasons = ", ".join(f"{k}: {v}" for k, v in rej["runtime"].items()) or "none"

@@ -114,6 +114,10 @@ _OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errn
 #: deadline declares the next hop dead for ``dead_ttl_s``, so the floor is generous.
 RUNTIME_PASTRY = PastryConfig(ack_floor_s=2.0, ack_rtt_factor=4.0)
 RUNTIME_KADEMLIA = KademliaConfig(ack_floor_s=2.0, ack_rtt_factor=4.0)
+#: Real peers expire stored pieces no live subscriber refreshed for three refresh periods: a
+#: whole entry peer that vanished stops costing the swarm (a disconnected client's
+#: subscriptions are removed at its entry peer at once). The simulator keeps expiry off.
+RUNTIME_OVERLAY = OverlayConfig(refresh_s=30.0, expire_after_s=90.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +134,7 @@ class PeerConfig:
     #: With ``dht="kademlia"``: also run the kademlia package's server (UDP, same port number),
     #: so plain Kademlia nodes can bootstrap from this peer and share its key/value store.
     kademlia_rpc: bool = True
-    overlay: OverlayConfig = field(default_factory=OverlayConfig)
+    overlay: OverlayConfig = RUNTIME_OVERLAY
     #: Per connection, and per signing peer: frames per second and burst before frames are
     #: dropped as a flood.
     rate_per_s: float = 20_000.0
@@ -1320,6 +1324,7 @@ class PeerRuntime:
                 "handed_off": ostats.handed_off,
                 "recreated": ostats.recreated,
                 "retries": ostats.retries,
+                "expired": ostats.expired,
                 "replicas_held": len(core.overlay.replicas),
             },
         }
