@@ -104,6 +104,7 @@ from rangecast.runtime.kademlia_bridge import KademliaService
 from rangecast.runtime.messages import Authed, Hello, HelloReply, Sealed, SessionOpen
 from rangecast.runtime.quotas import DEFAULT_QUOTAS, ClientLedger, Quotas, remote_host
 from rangecast.runtime.service import ClientSession, Owner
+from rangecast.runtime.tokens import ClientTokens
 
 log = logging.getLogger("rangecast.peer")
 
@@ -175,6 +176,8 @@ class PeerConfig:
     #: Limits on untrusted peers: second-hand routing entries, outgoing links and connects,
     #: link-handshake openings per source address (``runtime.candidates``).
     trust: TrustConfig = field(default_factory=TrustConfig)
+    #: Client tokens the client API requires (``runtime/tokens.py``); None: anyone may use it.
+    client_tokens: ClientTokens | None = None
 
     def __post_init__(self) -> None:
         if self.dht not in DHTS:
@@ -1069,7 +1072,9 @@ class PeerRuntime:
                             continue
                         # Anything else is the client API; the connection becomes a session.
                         if session is None:
-                            session = ClientSession(self, stream, self._wire, conn)
+                            session = ClientSession(
+                                self, stream, self._wire, conn, self.cfg.client_tokens
+                            )
                             session.start(conn_nursery)
                         session.request(msg)
                     conn_nursery.cancel_scope.deadline = conn.deadline
@@ -1304,7 +1309,10 @@ class PeerRuntime:
                 "connections_open": self._open_in,
                 "refused_connections": self.refused_in,
             },
-            "clients": self.clients.status(self.backlog()),
+            "clients": {
+                **self.clients.status(self.backlog()),
+                "tokens_required": self.cfg.client_tokens is not None,
+            },
             "internal_errors": self.internal_errors,
             "pauses": self.pauses,
             "save_failures": self.save_failures,
