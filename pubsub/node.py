@@ -17,7 +17,8 @@ a part calls another without a layer between them; ``pubsub.base`` says why):
 * **Publisher** (``pubsub.publisher``): RndRegionProbe's selection of zones (thesis 3.4.1).
 * **Host of tree nodes** (``pubsub.host``): storing, splitting and forwarding at the tree nodes
   whose DHT root this peer is, with parking and jumps for probes whose node is not here; and
-  their **replication** (``pubsub.replication``): replica sets, promotion, hand-off.
+  their **replication** (``pubsub.replication``): replica sets, promotion, hand-off; and, if
+  configured, the **expiry** of pieces no subscriber refreshes (``pubsub.expiry``).
 
 How probes and notifications travel (``OverlayConfig.probe``, ``OverlayConfig.delivery``) is a
 pair of strategies from ``pubsub.dissemination``, chosen once here; what the parts share

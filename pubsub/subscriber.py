@@ -18,7 +18,9 @@ install to finish (``pending``).
 
 Soft state: where the DHT detects failures, every ``refresh_s`` the subscriber probes every
 piece of its active subscriptions again (a leaf that lost it with its whole replica set stores it
-anew), and re-sends the pieces of an install or a removal that are still unacknowledged.
+anew), and re-sends the pieces of an install or a removal that are still unacknowledged. Where
+tree hosts expire pieces (``OverlayConfig.expire_after_s``, ``pubsub.expiry``), these refreshes
+are what keeps a live subscriber's pieces stored.
 
 A notification (``EventDelivery``) names the subscriber's matching sids. Each (sid, event) is
 passed to the application at most once: an event in flight while a subscription is modified can
