@@ -156,8 +156,10 @@ class OverlayStats(DropStats):
     handed_off: int = 0
     replica_puts: int = 0
     replica_ops: int = 0
-    #: Stored pieces removed because no probe refreshed them for ``expire_after_s``.
+    #: Stored pieces removed because no probe refreshed them for ``expire_after_s``, and
+    #: replica copies released because they had been outside their replica set that long.
     expired: int = 0
+    replicas_released: int = 0
 
     @property
     def lost(self) -> int:

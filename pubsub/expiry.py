@@ -27,6 +27,16 @@ the piece was refreshed meanwhile. Each piece thus costs one pop and one push pe
 looked for: its entry, when due, finds no such piece at a hosted leaf and is dropped. The sweep
 runs every ``refresh_s / 2`` (``T_EXPIRE``), so a piece goes between ``expire_after_s`` and
 ``expire_after_s + refresh_s / 2`` after its last refresh.
+
+Orphaned replicas. A primary keeps the copies of its own replica set current, but a node that
+changed hands (a hand-off to a joiner, a promotion after a crash) starts from an empty record of
+who holds copies: a holder outside the new set is never told to drop its copy, and no
+``ReplicaOp`` reaches it any more, so its pieces would stay for ever. The sweep therefore also
+releases a replica copy that this peer's own view has placed outside the node's replica set
+(``DhtCore.replica_set``, as ``Replication._sync_replicas`` asks it) for a whole
+``expire_after_s`` (``stats.replicas_released``); the wait rides out a view that differs from the
+primary's for a moment. It looks at the replica copies held (tree nodes, not pieces) once per
+sweep.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from typing import Any
 
 from rangecast.pubsub.base import T_EXPIRE, NodeBase, NodeKey
 from rangecast.pubsub.messages import OP_REMOVE, StoredSub
+from rangecast.pubsub.replication import INTERNAL_REPLICAS
 from rangecast.pubsub.tree import TreeNode
 
 #: A tracked piece: the tree node holding it and the piece's identity at its leaf.
@@ -101,6 +112,8 @@ class Expiry(NodeBase):
 
     #: When each piece at a primary was last refreshed; None while expiry is off.
     _expiry: ExpiryQueue | None
+    #: Replica copies held outside their replica set (by our view), since when.
+    _orphan_since: dict[NodeKey, float]
 
     def _touch(self, key: NodeKey, s: StoredSub, now: float) -> None:
         """A primary leaf stored or was re-sent piece ``s``."""
@@ -136,3 +149,24 @@ class Expiry(NodeBase):
             node.index.remove(owner, sid, gen, piece)
             self.stats.expired += 1
             self._replicate_op(key, OP_REMOVE, s, now)
+        self._release_orphans(now)
+
+    def _release_orphans(self, now: float) -> None:
+        """Drop the replica copies our view has kept outside their replica set for a whole
+        ``expire_after_s`` (module header: no primary updates them any more)."""
+        since = self._orphan_since
+        me = self.dht.me.id
+        for key, node in list(self.replicas.items()):
+            k = self.cfg.replicas
+            if node.index is None and k > 1:
+                k = max(k, INTERNAL_REPLICAS)
+            if any(p.id == me for p in self.dht.replica_set(self._key(*key), k)):
+                since.pop(key, None)
+                continue
+            first = since.setdefault(key, now)
+            if now - first >= self.cfg.expire_after_s:
+                del self.replicas[key]
+                del since[key]
+                self.stats.replicas_released += 1
+        for key in [key for key in since if key not in self.replicas]:
+            del since[key]

@@ -140,6 +140,7 @@ class PubSubNode(Subscriber, Publisher, TreeHost, Replication, Expiry, NodeBase,
         expire = self.cfg.expire_after_s
         self._expiring = refreshed and expire != math.inf
         self._expiry = ExpiryQueue(expire) if self._expiring else None
+        self._orphan_since = {}
         self._ready_at = -math.inf
         self._codec = dht.codec
         # The dissemination strategies, chosen once: the node calls their bound methods.

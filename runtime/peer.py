@@ -1333,6 +1333,7 @@ class PeerRuntime:
                 "recreated": ostats.recreated,
                 "retries": ostats.retries,
                 "expired": ostats.expired,
+                "replicas_released": ostats.replicas_released,
                 "replicas_held": len(core.overlay.replicas),
             },
         }

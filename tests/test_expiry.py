@@ -7,8 +7,9 @@ import math
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_churn_stateful import ChurnMachine
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.node import PastryConfig, PastryNode
@@ -18,6 +19,7 @@ from rangecast.pubsub.node import OverlayConfig
 from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import THESIS_SCHEMA, SchemaRegistry
 from rangecast.pubsub.space import TreeId
+from rangecast.sim.churn_experiment import ChurnParams, run_churn
 from rangecast.sim.engine import Simulator
 from rangecast.sim.latency import SyntheticLatency
 from rangecast.sim.network import SimNetwork
@@ -204,3 +206,46 @@ def test_without_expiry_the_pieces_of_a_silent_subscriber_stay() -> None:
     net.run(80.0)
     assert net.pieces_of(3, replicas=False) == kept
     assert net.expired() == 0
+
+
+# ------------------------------------------------------------------------------- churn
+
+
+def test_under_continuous_churn_expiry_loses_no_live_subscription() -> None:
+    """Sessions of median 5 minutes end in crashes, newcomers join (hand-offs and promotions
+    restart ages): with expiry on, every live subscription still gets every event."""
+    cfg = OverlayConfig(expire_after_s=60.0)
+    r = run_churn(ChurnParams(nodes=100, session_median_s=300.0, duration_s=600.0, seed=1,
+                              overlay=cfg))  # fmt: skip
+    assert r["departures"] == r["arrivals"] > 100
+    assert r["delivery_recall"] >= 0.99
+    assert r["subscriptions_lost"] == 0
+    assert r["duplicates"] == r["false_positives"] == 0
+
+
+class ExpiringChurnMachine(ChurnMachine):
+    """The churn sequences of ``test_churn_stateful`` with pieces expiring after 60 s: the
+    live subscriptions still get exactly what they match, and once the final repair is over
+    no piece of a crashed subscriber is stored anywhere."""
+
+    overlay_config = OverlayConfig(replicas=3, refresh_s=30.0, expire_after_s=60.0)
+
+    def teardown(self) -> None:
+        if not hasattr(self, "sim"):
+            return
+        super().teardown()  # 120 s of repair and checks: past expire_after_s plus a sweep
+        dead = {self.net.space.to_bytes(self.net.peers[i].id) for i in self.dead}
+        for i in self._live():
+            ov = self.peers[i].overlay
+            for node in [*ov.nodes.values(), *ov.replicas.values()]:
+                if node.index is not None:
+                    assert not any(s.subscriber.id in dead for s in node.index)
+
+
+ExpiringChurnMachine.TestCase.settings = settings(
+    max_examples=6,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+test_churn_sequences_with_expiry_agree_with_the_oracle = ExpiringChurnMachine.TestCase
