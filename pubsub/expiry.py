@@ -19,14 +19,14 @@ failure counts its pieces fresh at promotion, a hand-off's new root at arrival, 
 children at the transfer. That delays an expiry by at most one period per move, never causes
 one early.
 
-The sweep costs nothing per piece per tick: ``ExpiryQueue`` keeps one heap entry per tracked
-piece, at the deadline it had when the entry was pushed. A refresh only updates the piece's
-time (a dictionary write); the entry, when it comes due, is pushed again at the new deadline if
-the piece was refreshed meanwhile. Each piece thus costs one pop and one push per
-``expire_after_s``, whatever the refresh rate. A piece removed, split away or handed off is not
-looked for: its entry, when due, finds no such piece at a hosted leaf and is dropped. The sweep
-runs every ``refresh_s / 2`` (``T_EXPIRE``), so a piece goes between ``expire_after_s`` and
-``expire_after_s + refresh_s / 2`` after its last refresh.
+The sweep costs nothing for a fresh piece: ``ExpiryQueue`` is a timer wheel, the pieces filed
+by the time of their last refresh in buckets of ``expire_after_s / 64``. A refresh moves its
+piece to the current bucket (two dictionary writes); a sweep takes whole buckets older than
+``expire_after_s`` and looks at nothing else (it reads the bucket numbers, about 66). A piece
+removed, split away or handed off is not looked for: its entry, when due, finds no such piece at
+a hosted leaf and is dropped. The sweep runs every ``refresh_s / 2`` (``T_EXPIRE``), so a piece
+goes between ``expire_after_s`` and ``expire_after_s * 65 / 64 + refresh_s / 2`` after its last
+refresh (``bench/expiry_sweep.py`` measures it against a scan).
 
 Orphaned replicas. A primary keeps the copies of its own replica set current, but a node that
 changed hands (a hand-off to a joiner, a promotion after a crash) starts from an empty record of
@@ -41,7 +41,6 @@ sweep.
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import Any
 
@@ -52,58 +51,62 @@ from rangecast.pubsub.tree import TreeNode
 
 #: A tracked piece: the tree node holding it and the piece's identity at its leaf.
 Entry = tuple[NodeKey, bytes, int, int, int]
+#: Buckets per ``expire_after_s``: an expiry comes at most ``expire_after_s / BUCKETS`` late.
+BUCKETS = 64
 
 
 class ExpiryQueue:
-    """When each tracked piece was last refreshed, and a heap of deadlines to find the stale
-    ones without a scan (see the module's header)."""
+    """When each tracked piece was last refreshed, filed in time buckets (a timer wheel) so
+    that the stale ones are found without looking at the fresh ones (module header)."""
 
-    __slots__ = ("_at", "_heap", "_queued", "_seq", "ttl")
+    __slots__ = ("_at", "_buckets", "grain", "ttl")
 
-    def __init__(self, ttl: float) -> None:
+    def __init__(self, ttl: float, grain: float | None = None) -> None:
         if not 0.0 < ttl < math.inf:
             raise ValueError("an expiry queue needs a finite, positive ttl")
         self.ttl = ttl
-        #: Entry -> when it was last installed or refreshed.
-        self._at: dict[Entry, float] = {}
-        #: (deadline, tie-breaker, entry); at most one per entry (``_queued``).
-        self._heap: list[tuple[float, int, Entry]] = []
-        self._queued: set[Entry] = set()
-        self._seq = 0
+        #: The width of a bucket: an expiry comes at most this late.
+        self.grain = ttl / BUCKETS if grain is None else grain
+        #: Entry -> the bucket of its last refresh.
+        self._at: dict[Entry, int] = {}
+        #: Bucket -> its entries (dicts, not sets: the sweep's order must not depend on the
+        #: process's hash seed, so that a simulated run is repeatable).
+        self._buckets: dict[int, dict[Entry, None]] = {}
 
     def __len__(self) -> int:
         return len(self._at)
 
     def touch(self, entry: Entry, now: float) -> None:
-        """The piece was installed or refreshed at ``now``."""
-        self._at[entry] = now
-        if entry not in self._queued:
-            self._queued.add(entry)
-            self._seq += 1
-            heapq.heappush(self._heap, (now + self.ttl, self._seq, entry))
+        """The piece was installed or refreshed at ``now``: it moves to ``now``'s bucket."""
+        b = math.floor(now / self.grain)
+        old = self._at.get(entry)
+        if old == b:
+            return
+        if old is not None:
+            self._buckets[old].pop(entry, None)
+        self._at[entry] = b
+        bucket = self._buckets.get(b)
+        if bucket is None:
+            bucket = self._buckets[b] = {}
+        bucket[entry] = None
 
     def forget(self, entry: Entry) -> None:
-        """Stop tracking a piece (its heap entry is dropped when it comes due)."""
-        self._at.pop(entry, None)
+        """Stop tracking a piece."""
+        b = self._at.pop(entry, None)
+        if b is not None:
+            self._buckets[b].pop(entry, None)
 
     def due(self, now: float) -> list[Entry]:
-        """The tracked pieces not refreshed for ``ttl`` by ``now``; they are forgotten."""
-        heap, at, queued, ttl = self._heap, self._at, self._queued, self.ttl
-        out = []
-        while heap and heap[0][0] <= now:
-            _, _, entry = heapq.heappop(heap)
-            queued.discard(entry)
-            last = at.get(entry)
-            if last is None:
-                continue
-            deadline = last + ttl
-            if deadline > now:  # refreshed since the entry was pushed: wait for the new one
-                queued.add(entry)
-                self._seq += 1
-                heapq.heappush(heap, (deadline, self._seq, entry))
-                continue
-            del at[entry]
-            out.append(entry)
+        """The tracked pieces not refreshed for ``ttl`` by ``now`` (never one refreshed
+        later than ``now - ttl``; at most ``grain`` late), in order; they are forgotten."""
+        # Bucket b holds refreshes in [b * grain, (b + 1) * grain): all stale once
+        # (b + 1) * grain + ttl <= now. Only bucket numbers are looked at, about ttl / grain.
+        last = math.floor((now - self.ttl) / self.grain) - 1
+        out: list[Entry] = []
+        for b in sorted(b for b in self._buckets if b <= last):
+            for entry in self._buckets.pop(b):
+                del self._at[entry]
+                out.append(entry)
         return out
 
 

@@ -46,18 +46,20 @@ def test_the_config_asks_expiry_to_outlast_two_refreshes() -> None:
     assert OverlayConfig().expire_after_s == math.inf  # off unless asked for
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     st.lists(
         st.tuples(st.sampled_from(["touch", "forget", "due"]), st.integers(0, 7), st.floats(0, 5)),
         max_size=80,
     )
 )
-def test_the_queue_gives_exactly_the_stale_entries_once(ops: list[tuple[str, int, float]]) -> None:
-    """Against a plain dictionary of last refreshes: ``due`` gives every entry whose last touch
-    is ``ttl`` old, each once, and nothing else; the heap holds one entry per piece at most."""
-    ttl = 3.0
-    q = ExpiryQueue(ttl)
+def test_the_queue_gives_stale_entries_once_never_early_at_most_a_grain_late(
+    ops: list[tuple[str, int, float]],
+) -> None:
+    """Against a plain dictionary of last refreshes: ``due`` never gives an entry refreshed
+    less than ``ttl`` ago, gives every entry refreshed ``ttl + grain`` ago or more, each once."""
+    ttl, grain = 3.0, 0.5
+    q = ExpiryQueue(ttl, grain)
     last: dict[Entry, float] = {}
     now = 0.0
     for op, k, dt in ops:
@@ -70,26 +72,32 @@ def test_the_queue_gives_exactly_the_stale_entries_once(ops: list[tuple[str, int
             q.forget(e)
             last.pop(e, None)
         else:
-            want = {x for x, t in last.items() if t + ttl <= now}
             got = q.due(now)
             assert len(got) == len(set(got))
-            assert set(got) == want
-            for x in want:
+            assert all(e in last and last[e] + ttl <= now + 1e-9 for e in got)  # never early
+            late = {x for x, t in last.items() if t + ttl + grain <= now - 1e-9}
+            assert late <= set(got)  # at most a grain late
+            for x in got:
                 del last[x]
         assert len(q) == len(last)
-        assert len(q._heap) <= 8
+        # Each entry is filed once, in the bucket of its last refresh.
+        filed = {x: b for b, es in q._buckets.items() for x in es}
+        assert filed == {x: math.floor(t / grain) for x, t in last.items()}
 
 
-def test_a_refresh_moves_the_deadline_without_a_second_heap_entry() -> None:
-    q = ExpiryQueue(10.0)
+def test_a_refresh_moves_its_piece_and_the_sweep_reads_only_stale_buckets() -> None:
+    q = ExpiryQueue(64.0)  # buckets of 1 s
+    assert q.grain == 1.0
     q.touch(entry(1), 0.0)
+    q.touch(entry(2), 0.0)
     for t in range(1, 50):
         q.touch(entry(1), float(t))  # refreshed every second: never due
         assert q.due(float(t)) == []
-        assert len(q._heap) == 1
-    assert q.due(58.9) == []
-    assert q.due(59.0) == [entry(1)]
-    assert q.due(1000.0) == []
+    assert q.due(64.5) == []  # entry 2: refreshed in [0, 1), due from 65
+    assert q.due(65.0) == [entry(2)]
+    assert q.due(49 + 64.9) == []
+    assert q.due(49 + 65.0) == [entry(1)]
+    assert q.due(1000.0) == [] and len(q) == 0 and not q._buckets
 
 
 # ---------------------------------------------------------------- a simulated overlay

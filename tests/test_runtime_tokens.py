@@ -4,6 +4,9 @@ Peers still greet and join each other without tokens. Off by default."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +209,40 @@ def test_without_tokens_a_client_token_is_ignored_and_anyone_is_served() -> None
     assert eid > 0
     assert st["clients"]["tokens_required"] is False
     assert TOKEN_REFUSED not in st["clients"]["refused"]
+
+
+@pytest.mark.slow  # real processes: about 20 s
+def test_a_swarm_with_tokens_from_the_command_line(tmp_path: Path) -> None:
+    """``swarm up --client-tokens``: every peer requires a token, the swarm's own status
+    probes present one, and client commands need ``--token`` or the environment."""
+    from test_runtime_cli import RANGECAST, free_base, rc
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{GOOD}\n{OTHER}\n")
+    n = 2
+    base = free_base(n)
+    swarm_dir = tmp_path / "swarm"
+    up = rc("swarm", "up", "-n", str(n), "--dir", str(swarm_dir), "--base-port", str(base),
+            "--id-difficulty", "0", "--client-tokens", str(tokens))  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    via = f"127.0.0.1:{base + 1}"
+    try:
+        assert rc("swarm", "status", "--dir", str(swarm_dir)).returncode == 0
+        bare = rc("peer", "status", "--via", via)
+        assert bare.returncode == 2 and "requires a client token" in bare.stderr
+        assert len(bare.stderr.strip().splitlines()) == 1
+        env = {**os.environ, TOKEN_ENV: OTHER}
+        pub = subprocess.run(
+            [*RANGECAST, "publish", "--via", via, "Attr1=5", "Attr2=0", "Attr3=1", "Attr4=2"],
+            capture_output=True, text=True, timeout=60, env=env, check=False,
+        )  # fmt: skip
+        assert pub.returncode == 0, pub.stderr
+        st = rc("peer", "status", "--via", via, "--token", GOOD, "--json")
+        assert st.returncode == 0, st.stderr
+        clients = json.loads(st.stdout)["clients"]
+        assert clients["tokens_required"] is True
+        assert TOKEN_REFUSED not in clients["refused"]  # a hello without a token: not counted
+        assert clients["publishes_accepted"] == 1
+    finally:
+        down = rc("swarm", "down", "--dir", str(swarm_dir))
+    assert down.returncode == 0, down.stderr
