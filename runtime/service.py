@@ -88,6 +88,8 @@ class ClientSession(Owner):
         self._tokens = tokens
         #: Requests are served (no tokens required, or the hello carried a valid one).
         self.authorized = tokens is None
+        #: A wrong token was tried: one guess per connection (each costs a new connection).
+        self._guessed = False
         self.stream = stream
         self.conn = conn
         quotas = conn.quotas
@@ -183,9 +185,10 @@ class ClientSession(Owner):
                 # Peers greet each other without a token to learn a contact's key: answered,
                 # not counted; the requests that follow are.
                 reply = replace(reply, error=NEED_TOKEN)
-            elif tokens.check(msg.token):
+            elif not self._guessed and tokens.check(msg.token):
                 self.authorized = True
             else:
+                self._guessed = True
                 self.conn.refuse(TOKEN_REFUSED)
                 reply = replace(reply, error=BAD_TOKEN)
         self._out(reply)

@@ -9,7 +9,9 @@ without one (what peers send each other to learn a contact's key) is still answe
 connection makes before it is authorised (subscribe, unsubscribe, publish, status) is refused
 with a reply that starts with ``UNAUTHORIZED_PREFIX`` (the client library raises
 ``Unauthorized``) and counted under ``TOKEN_REFUSED`` in ``peer status`` (``clients.refused``),
-as is every ``Hello`` with a wrong token.
+as is every ``Hello`` with a wrong token. A connection gets one guess: after a wrong token even
+the right one is refused on it, so each guess costs a connection (bounded per address by
+``Quotas.connections_per_address``).
 
 Tokens are compared as SHA-256 digests with ``hmac.compare_digest``, against every token of the
 file each time: how long a check takes says nothing about how much of a token was right, nor

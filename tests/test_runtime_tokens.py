@@ -23,6 +23,7 @@ from rangecast.runtime.inprocess import start_local_swarm
 from rangecast.runtime.messages import Hello, StatusRequest, SubscribeReply, SubscribeRequest
 from rangecast.runtime.peer import PeerConfig, PeerRuntime
 from rangecast.runtime.tokens import (
+    BAD_TOKEN,
     TOKEN_ENV,
     TOKEN_REFUSED,
     UNAUTHORIZED_PREFIX,
@@ -163,6 +164,8 @@ def test_a_peer_with_tokens_serves_only_clients_that_present_one() -> None:
                 port, Hello(), SubscribeRequest(7, "thesis", "Attr1 >= 0"), StatusRequest(8)
             )
             out["raw"] = replies
+            # One guess per connection: after a wrong token, the right one is refused too.
+            out["guess"] = await _raw_request(port, Hello(OTHER[::-1]), Hello(OTHER))
             async with (
                 connect("127.0.0.1", _port(peers[1]), token=GOOD) as sub_client,
                 connect("127.0.0.1", port, token=OTHER) as pub_client,
@@ -183,12 +186,13 @@ def test_a_peer_with_tokens_serves_only_clients_that_present_one() -> None:
     assert isinstance(subscribe, SubscribeReply) and subscribe.req == 7
     assert subscribe.error.startswith(UNAUTHORIZED_PREFIX)
     assert status.req == 8 and status.error.startswith(UNAUTHORIZED_PREFIX)
+    assert [r.error for r in out["guess"]] == [BAD_TOKEN, BAD_TOKEN]
     assert out["delivered"]
     clients = out["status"]["clients"]
     assert clients["tokens_required"] is True
-    # The wrong token's hello and the two requests; a hello without a token is not counted
-    # (peers send one to learn a contact's key).
-    assert clients["refused"][TOKEN_REFUSED] == 3
+    # The wrong token's hello, the two requests and the two guesses; a hello without a token
+    # is not counted (peers send one to learn a contact's key).
+    assert clients["refused"][TOKEN_REFUSED] == 5
 
 
 def test_without_tokens_a_client_token_is_ignored_and_anyone_is_served() -> None:
