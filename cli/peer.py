@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import signal
 import sys
 from pathlib import Path
@@ -18,7 +19,6 @@ from rangecast.cli.options import add_dht_options
 from rangecast.cli.swarm import add_swarm_parser
 from rangecast.dht.errors import LocalProtocolError, RangecastError
 from rangecast.dht.substrate import SUBSTRATES
-from rangecast.pubsub.node import OverlayConfig
 from rangecast.pubsub.schema import Schema, SchemaRegistry, builtin_schemas
 from rangecast.runtime.identity import (
     DEFAULT_ID_DIFFICULTY,
@@ -69,7 +69,8 @@ async def _check_peer_schema(client: Any, name: str, via: str) -> None:
 def _peer_start(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from rangecast.runtime.peer import RUNTIME_KADEMLIA, PeerConfig, PeerRuntime
+    from rangecast.runtime.peer import RUNTIME_KADEMLIA, RUNTIME_OVERLAY, PeerConfig, PeerRuntime
+    from rangecast.runtime.tokens import load_tokens
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -77,6 +78,8 @@ def _peer_start(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     schemas, _ = _schemas(args.schema)
+    # A bad token file fails here, before a key is ground or a state directory written.
+    tokens = load_tokens(Path(args.client_tokens)) if args.client_tokens else None
     if args.alone and args.join:
         raise LocalProtocolError("--alone starts a new swarm; it cannot go with --join")
     if args.root_cache < 0:
@@ -139,11 +142,12 @@ def _peer_start(args: argparse.Namespace) -> int:
         dht=dht,
         kademlia=kademlia,
         capacity=args.capacity,
-        overlay=OverlayConfig(probe=args.probe, delivery=args.delivery),
+        overlay=replace(RUNTIME_OVERLAY, probe=args.probe, delivery=args.delivery),
         # Remembered peers may all be gone for a while (a whole swarm restarting): keep trying.
         join_retry_max_s=30.0 if remembered else 0.0,
         alone_if_unreachable=args.alone_if_unreachable,
         id_difficulty=args.id_difficulty,
+        client_tokens=tokens,
     )
     peer = PeerRuntime(identity, schemas, config, state=state, epoch=epoch)
 
@@ -219,6 +223,13 @@ async def _report_rejections(peer: Any) -> None:
 # ----------------------------------------------------------------------------- client commands
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """The client token: ``--token``, else the environment (``runtime/tokens.py``)."""
+    from rangecast.runtime.tokens import client_token
+
+    return client_token(args.token, dict(os.environ))
+
+
 def _via(text: str) -> tuple[str, int]:
     host, port = parse_endpoint(text)
     if port == 0:
@@ -230,9 +241,10 @@ def _peer_status(args: argparse.Namespace) -> int:
     from rangecast.runtime.client import connect
 
     host, port = _via(args.via)
+    token = _token(args)
 
     async def main() -> dict[str, Any]:
-        async with connect(host, port) as client:
+        async with connect(host, port, token=token) as client:
             return await client.status()
 
     st = trio.run(main)
@@ -269,7 +281,8 @@ def _format_status(st: dict[str, Any]) -> str:
     leaves = [t for t in st["tree_nodes"] if t["leaf"]]
     lines.append(
         f"tree      {len(st['tree_nodes'])} tree nodes hosted ({len(leaves)} leaves, "
-        f"{sum(t.get('subscriptions', 0) for t in leaves)} stored subscriptions)"
+        f"{sum(t.get('subscriptions', 0) for t in leaves)} stored subscriptions, "
+        f"{st.get('overlay', {}).get('expired', 0)} pieces expired unrefreshed)"
     )
     lines.append(f"subs      {st['subscriptions']} subscriptions of this peer's clients")
     reasons = ", ".join(f"{k}: {v}" for k, v in rej["runtime"].items()) or "none"
@@ -334,10 +347,11 @@ def _subscribe(args: argparse.Namespace) -> int:
             f"--timeout must be a positive number of seconds, got {args.timeout}"
         )
     timeout = math.inf if args.timeout is None else args.timeout
+    token = _token(args)
 
     async def main() -> int | None:
         deadline = trio.current_time() + timeout
-        async with connect(host, port) as client:
+        async with connect(host, port, token=token) as client:
             if known is None:
                 await _check_peer_schema(client, schema, args.via)
             with trio.move_on_at(deadline) as installing:
@@ -399,9 +413,10 @@ def _publish(args: argparse.Namespace) -> int:
     known, schema = _client_schema(args.schema)
     if known is not None:
         known.event(values)  # validate here for a clear error before connecting
+    token = _token(args)
 
     async def main() -> int:
-        async with connect(host, port) as client:
+        async with connect(host, port, token=token) as client:
             if known is None:
                 await _check_peer_schema(client, schema, args.via)
             return await client.publish(values, schema)
@@ -414,9 +429,17 @@ def _publish(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- the parsers
 
 
+def _add_token(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--token",
+        help="client token, for a peer started with --client-tokens (default: $RANGECAST_TOKEN)",
+    )
+
+
 def _add_via_and_schema(parser: argparse.ArgumentParser) -> None:
     """``--via`` and ``--schema`` of ``subscribe`` and ``publish``."""
     parser.add_argument("--via", metavar="HOST:PORT", required=True, help="a peer of the swarm")
+    _add_token(parser)
     parser.add_argument(
         "--schema",
         metavar="NAME|FILE",
@@ -479,10 +502,17 @@ def add_runtime_parsers(top: Any) -> None:
     start.add_argument("--probe", choices=("unicast", "multicast"), default="unicast")
     start.add_argument("--delivery", choices=("unicast", "multicast", "lbdd"), default="unicast")
     start.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    start.add_argument(
+        "--client-tokens",
+        metavar="FILE",
+        help="require clients to present one of the tokens in FILE (one a line; default: no "
+        "tokens, any client is served)",
+    )
     start.set_defaults(func=_peer_start)
 
     status = peers.add_parser("status", help="a peer's id, leaf set, tables and counters")
     status.add_argument("--via", metavar="HOST:PORT", required=True)
+    _add_token(status)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=_peer_status)
 

@@ -29,6 +29,7 @@ def _up(args: argparse.Namespace) -> int:
             id_difficulty=args.id_difficulty,
             timeout=args.timeout,
             quiet=args.quiet,
+            client_tokens=Path(args.client_tokens) if args.client_tokens else None,
         )
     )
 
@@ -67,6 +68,8 @@ def add_swarm_parser(top: Any) -> None:
     wait_help = "seconds to wait for the swarm to be ready"
     up.add_argument("--timeout", type=float, default=spec.timeout, help=wait_help)
     up.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    tokens_help = "every peer requires client tokens from FILE (one a line; default: none)"
+    up.add_argument("--client-tokens", metavar="FILE", help=tokens_help)
     up.set_defaults(func=_up)
     st = acts.add_parser("status", help="each peer's process and overlay state")
     st.add_argument("--dir", required=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import trio
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.runtime import swarm
+from rangecast.runtime.tokens import client_token
 from rangecast.testkit.invariants import CHECKS
 from rangecast.testkit.live import PEER_TIMEOUT_S, check_live, collect
 
@@ -46,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if not args.timeout > 0:
         raise LocalProtocolError(f"--timeout must be a positive number, got {args.timeout}")
-    live = trio.run(lambda: collect(targets, timeout_s=args.timeout))
+    token = client_token(args.token, dict(os.environ))
+    live = trio.run(lambda: collect(targets, timeout_s=args.timeout, token=token))
     if not live.states:
         first = next(iter(live.unreachable.items()), ("", "no peers listed"))
         raise LocalProtocolError(f"no peer of {where} answered ({first[0]}: {first[1]})")
@@ -112,6 +115,10 @@ def add_check_parser(acts: Any) -> None:
     )
     check.add_argument(
         "--timeout", type=float, default=PEER_TIMEOUT_S, help="seconds to wait for each peer"
+    )
+    check.add_argument(
+        "--token",
+        help="client token, for peers started with --client-tokens (default: $RANGECAST_TOKEN)",
     )
     check.set_defaults(func=run)
 

@@ -91,6 +91,12 @@ class OverlayConfig:
     #: a piece lost with a whole replica set comes back within one period). Only where the DHT
     #: detects failures (keep-alives on); ``math.inf`` switches it off.
     refresh_s: float = 30.0
+    #: A tree host removes a stored piece that no probe has installed or refreshed for this
+    #: long (``pubsub.expiry``): soft state end to end, so the pieces of a subscriber that is
+    #: gone do not stay for ever. ``math.inf`` (the default) switches it off; otherwise it
+    #: needs the refresh on and at least twice ``refresh_s`` (a late refresh must not lose
+    #: its piece).
+    expire_after_s: float = math.inf
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_probe_level <= MAX_DEPTH:
@@ -117,6 +123,10 @@ class OverlayConfig:
             raise LocalProtocolError("replicas must be in [1, 9] (the leaf set's half plus one)")
         if self.handoff_wait_s < 0 or self.reconcile_s <= 0 or self.refresh_s <= 0:
             raise LocalProtocolError("need handoff_wait_s >= 0, reconcile_s > 0, refresh_s > 0")
+        if self.expire_after_s != math.inf and not self.expire_after_s >= 2 * self.refresh_s:
+            raise LocalProtocolError(
+                "expire_after_s must be inf (off) or at least 2 x refresh_s (a finite refresh)"
+            )
 
 
 @dataclass(slots=True)
@@ -146,6 +156,10 @@ class OverlayStats(DropStats):
     handed_off: int = 0
     replica_puts: int = 0
     replica_ops: int = 0
+    #: Stored pieces removed because no probe refreshed them for ``expire_after_s``, and
+    #: replica copies released because they had been outside their replica set that long.
+    expired: int = 0
+    replicas_released: int = 0
 
     @property
     def lost(self) -> int:
@@ -158,8 +172,8 @@ NodeKey = tuple[str, TreeId]
 
 #: Timer kinds of the overlay's heap (``PubSubNode`` maps each to its handler): a probe parked
 #: at the node key in the argument has waited long enough; the periodic replica check; the
-#: subscriber's periodic refresh.
-T_PARK, T_RECONCILE, T_REFRESH = 0, 1, 2
+#: subscriber's periodic refresh; the sweep of pieces not refreshed (``pubsub.expiry``).
+T_PARK, T_RECONCILE, T_REFRESH, T_EXPIRE = 0, 1, 2, 3
 
 #: A message handler: (node, message, the sender for a point-to-point one else None, now).
 Handler = Callable[[Any, Any, Handle | None, float], None]
@@ -188,6 +202,8 @@ class NodeBase:
     _spaces: dict[tuple[str, int], AttributeSpace]
     _schemas_seen: dict[str, Schema]
     _keys: dict[NodeKey, int]
+    #: Whether stored pieces expire here (``pubsub.expiry``: configured, and refreshed).
+    _expiring: bool
 
     # One part calls another through these; each is a method of one part (or, for the two
     # strategies, the bound method of the strategy object the node chose when it was built).
@@ -201,6 +217,9 @@ class NodeBase:
     _sync_replicas: Callable[[NodeKey, TreeNode, float], None]
     _replicate_state: Callable[[NodeKey, TreeNode, float], None]
     _replicate_op: Callable[[NodeKey, int, StoredSub, float], None]
+    _touch: Callable[[NodeKey, StoredSub, float], None]
+    _touch_node: Callable[[NodeKey, TreeNode, float], None]
+    _forget: Callable[[NodeKey, StoredSub], None]
 
     def _key(self, schema: str, tid: TreeId) -> int:
         """The DHT key of a tree node (SHA-1 of its identifier), cached."""

@@ -88,6 +88,7 @@ class TreeHost(NodeBase):
         if msg.op == OP_INSERT:
             if node.index.add(sub):
                 self._replicate_op(key, OP_INSERT, sub, now)
+            self._touch(key, sub, now)  # installed, or refreshed by its subscriber
             self.stats.stored += 1
             self._events.append(
                 PieceStored(sub.subscriber.id, sub.sid, sub.gen, sub.piece, tid, now)
@@ -98,6 +99,7 @@ class TreeHost(NodeBase):
         else:
             found = node.index.remove(sub.subscriber.id, sub.sid, sub.gen, sub.piece)
             if found:
+                self._forget(key, sub)
                 self._replicate_op(key, OP_REMOVE, sub, now)
             self._send(owner, InstallAck(OP_REMOVE, sub.sid, sub.gen, sub.piece, found), now)
 
@@ -146,10 +148,12 @@ class TreeHost(NodeBase):
             node = self._promote(key, now)  # created before, its host has failed since
         if node is None:
             node = self.nodes[key] = TreeNode(tid, msg.subs)
+            self._touch_node(key, node, now)  # ages restart at a split (module pubsub.expiry)
             self._sync_replicas(key, node, now)
         elif node.index is not None:
             for s in msg.subs:
                 if node.index.add(s):
+                    self._touch(key, s, now)
                     self._replicate_op(key, OP_INSERT, s, now)
         else:
             # Already split again (a late transfer): pass the pieces on down.

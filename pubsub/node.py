@@ -17,7 +17,8 @@ a part calls another without a layer between them; ``pubsub.base`` says why):
 * **Publisher** (``pubsub.publisher``): RndRegionProbe's selection of zones (thesis 3.4.1).
 * **Host of tree nodes** (``pubsub.host``): storing, splitting and forwarding at the tree nodes
   whose DHT root this peer is, with parking and jumps for probes whose node is not here; and
-  their **replication** (``pubsub.replication``): replica sets, promotion, hand-off.
+  their **replication** (``pubsub.replication``): replica sets, promotion, hand-off; and, if
+  configured, the **expiry** of pieces no subscriber refreshes (``pubsub.expiry``).
 
 How probes and notifications travel (``OverlayConfig.probe``, ``OverlayConfig.delivery``) is a
 pair of strategies from ``pubsub.dissemination``, chosen once here; what the parts share
@@ -46,6 +47,7 @@ from rangecast.dht.routing import Peer
 from rangecast.dht.timers import TimerHeap
 from rangecast.dht.wire import Handle, Message
 from rangecast.pubsub.base import (
+    T_EXPIRE,
     T_PARK,
     T_RECONCILE,
     T_REFRESH,
@@ -68,6 +70,7 @@ from rangecast.pubsub.events import (
     SubscriptionInstalled,
     SubscriptionRemoved,
 )
+from rangecast.pubsub.expiry import Expiry, ExpiryQueue
 from rangecast.pubsub.host import TreeHost
 from rangecast.pubsub.messages import (
     PUBSUB_TABLE,
@@ -93,7 +96,7 @@ from rangecast.pubsub.tree import TreeNode
 log = logging.getLogger("rangecast.pubsub")
 
 
-class PubSubNode(Subscriber, Publisher, TreeHost, Replication, NodeBase, Application):
+class PubSubNode(Subscriber, Publisher, TreeHost, Replication, Expiry, NodeBase, Application):
     def __init__(
         self,
         dht: DhtCore,
@@ -132,6 +135,13 @@ class PubSubNode(Subscriber, Publisher, TreeHost, Replication, NodeBase, Applica
         self._timer_heap = self._timers.heap
         self._replica_of = {}
         self._held_from = {}
+        # Expiry needs the subscribers' refresh, which runs only where the DHT detects
+        # failures (``Replication.ready``).
+        refreshed = dht.cfg.keepalive_s != math.inf and self.cfg.refresh_s != math.inf
+        expire = self.cfg.expire_after_s
+        self._expiring = refreshed and expire != math.inf
+        self._expiry = ExpiryQueue(expire) if self._expiring else None
+        self._orphan_since = {}
         self._ready_at = -math.inf
         self._codec = dht.codec
         # The dissemination strategies, chosen once: the node calls their bound methods.
@@ -221,6 +231,7 @@ _TIMERS: dict[int, Callable[[PubSubNode, Any, float], None]] = {
     T_PARK: PubSubNode._on_park_timer,
     T_RECONCILE: PubSubNode._on_reconcile_timer,
     T_REFRESH: PubSubNode._on_refresh_timer,
+    T_EXPIRE: PubSubNode._on_expire_timer,
 }
 
 __all__ = [

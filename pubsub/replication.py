@@ -39,7 +39,7 @@ from typing import Any
 
 from rangecast.dht.routing import Peer
 from rangecast.dht.wire import Handle
-from rangecast.pubsub.base import T_RECONCILE, T_REFRESH, NodeBase, NodeKey
+from rangecast.pubsub.base import T_EXPIRE, T_RECONCILE, T_REFRESH, NodeBase, NodeKey
 from rangecast.pubsub.messages import (
     OP_INSERT,
     ProbeSub,
@@ -77,6 +77,8 @@ class Replication(NodeBase):
             self._timers.push(now + self.rng.uniform(0.0, self.cfg.reconcile_s), T_RECONCILE)
             if self.cfg.refresh_s != math.inf:
                 self._timers.push(now + self.rng.uniform(0.0, self.cfg.refresh_s), T_REFRESH)
+            if self._expiring:
+                self._timers.push(now + self.cfg.refresh_s / 2.0, T_EXPIRE)
 
     def update(self, peer: Peer, joined: bool, now: float) -> None:
         self._reconcile(now)
@@ -131,6 +133,7 @@ class Replication(NodeBase):
         self._held_from.pop(key, None)
         self.nodes[key] = node
         self.stats.promoted += 1
+        self._touch_node(key, node, now)  # its primary kept the ages: they restart here
         self._sync_replicas(key, node, now)
         self._unpark(key, now)
         return node
@@ -229,6 +232,7 @@ class Replication(NodeBase):
         if node is None:
             self.replicas.pop(key, None)
             node = self.nodes[key] = incoming
+            self._touch_node(key, node, now)  # a hand-off carries no ages: they restart
         else:
             self._merge(msg.target, space, node, incoming, now)
         self._sync_replicas(key, node, now)
@@ -247,6 +251,7 @@ class Replication(NodeBase):
         for s in pieces:
             if node.index is not None:
                 if node.index.add(s):
+                    self._touch((ref.schema, node.tid), s, now)
                     self._replicate_op((ref.schema, node.tid), OP_INSERT, s, now)
             else:
                 self._on_probe_sub(ProbeSub(OP_INSERT, ref, True, 0, s), None, now)

@@ -18,7 +18,9 @@ install to finish (``pending``).
 
 Soft state: where the DHT detects failures, every ``refresh_s`` the subscriber probes every
 piece of its active subscriptions again (a leaf that lost it with its whole replica set stores it
-anew), and re-sends the pieces of an install or a removal that are still unacknowledged.
+anew), and re-sends the pieces of an install or a removal that are still unacknowledged. Where
+tree hosts expire pieces (``OverlayConfig.expire_after_s``, ``pubsub.expiry``), these refreshes
+are what keeps a live subscriber's pieces stored.
 
 A notification (``EventDelivery``) names the subscriber's matching sids. Each (sid, event) is
 passed to the application at most once: an event in flight while a subscription is modified can
@@ -171,9 +173,13 @@ class Subscriber(NodeBase):
                     self._probe_sub(OP_INSERT, schema, self._space(schema, piece.base), piece, now)
                 continue
             op = OP_INSERT if rec.state == "installing" else OP_REMOVE
+            # Where stored pieces expire, the acknowledged pieces of an install are refreshed
+            # too: an install held up by one lost piece must not lose the others meanwhile.
+            keep = op == OP_INSERT and self._expiring
             for piece in rec.pieces:
-                if piece.piece not in rec.acked:
-                    self.stats.retries += 1
+                unacked = piece.piece not in rec.acked
+                if unacked or keep:
+                    self.stats.retries += unacked
                     self._probe_sub(op, schema, self._space(schema, piece.base), piece, now)
         self.stats.refreshes += 1
 

@@ -89,6 +89,9 @@ class LeafIndex:
         self._masks = None
         return True
 
+    def get(self, subscriber: bytes, sid: int, gen: int, piece: int) -> StoredSub | None:
+        return self._by_owner.get((subscriber, sid, gen, piece))
+
     def remove(self, subscriber: bytes, sid: int, gen: int, piece: int) -> bool:
         s = self._by_owner.pop((subscriber, sid, gen, piece), None)
         if s is None:

@@ -15,6 +15,8 @@ the connection closes. Errors the peer reports (a bad expression, an unknown sch
 of its domain, a quota) raise ``RequestError`` with the peer's message; a publish refused for
 load (a publish rate, or the peer saturated) raises its subclass ``Overloaded``, which says how
 long to wait before trying again. Either way the event was not accepted: nothing of it is sent.
+A peer that requires client tokens (``runtime/tokens.py``) refuses a connection without a valid
+``token``: ``connect`` raises ``Unauthorized`` (a ``RequestError``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from rangecast.runtime.messages import (
     TreeRequest,
     UnsubscribeRequest,
 )
+from rangecast.runtime.tokens import UNAUTHORIZED_PREFIX
 
 #: Deliveries buffered per subscription before the reader waits for the application.
 SUBSCRIPTION_BUFFER = 100_000
@@ -67,6 +70,15 @@ class Overloaded(RequestError):
     def __init__(self, message: str, retry_after_s: float) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class Unauthorized(RequestError):
+    """The peer requires a client token and this connection has none, or a wrong one."""
+
+
+def _refused(error: str) -> RequestError:
+    """The exception for a request the peer refused with ``error``."""
+    return Unauthorized(error) if error.startswith(UNAUTHORIZED_PREFIX) else RequestError(error)
 
 
 class ConnectionLost(RangecastError):
@@ -122,8 +134,12 @@ class _Waiter:
 
 
 class Client:
-    def __init__(self, stream: trio.SocketStream, where: str = "the peer") -> None:
+    def __init__(
+        self, stream: trio.SocketStream, where: str = "the peer", token: str | None = None
+    ) -> None:
         self.stream = stream
+        #: The client token the hello carries (a peer that requires tokens asks for one).
+        self.token = token
         #: Who we talk to, for error messages ("the peer at HOST:PORT").
         self.where = where
         # Built once per client: the runtime's messages and the cores' (a peer's whole frames).
@@ -142,12 +158,15 @@ class Client:
     # ------------------------------------------------------------------------------ requests
 
     async def hello(self) -> HelloReply:
-        """The peer's address, key, state and schemas."""
+        """The peer's address, key, state and schemas; ``Unauthorized`` if the peer requires a
+        client token and ours is missing or wrong."""
         waiter = _Waiter()
         self._hello = waiter
-        await self._send(Hello())
+        await self._send(Hello(self.token or ""))
         reply = await self._wait(waiter)
         assert isinstance(reply, HelloReply)
+        if reply.error:
+            raise _refused(reply.error)
         return reply
 
     async def subscribe(self, expr: str, schema: str = "thesis") -> ClientSubscription:
@@ -155,7 +174,7 @@ class Client:
         reply = await self._call(lambda req: SubscribeRequest(req, schema, expr))
         assert isinstance(reply, SubscribeReply)
         if reply.error:
-            raise RequestError(reply.error)
+            raise _refused(reply.error)
         sub = ClientSubscription(self, reply.sid, schema, list(reply.attributes))
         self._subs[reply.sid] = sub
         for n in self._early.pop(reply.sid, []):
@@ -166,7 +185,7 @@ class Client:
         reply = await self._call(lambda req: UnsubscribeRequest(req, sid))
         assert isinstance(reply, Done)
         if reply.error:
-            raise RequestError(reply.error)
+            raise _refused(reply.error)
         sub = self._subs.pop(sid, None)
         if sub is not None:
             sub._close()
@@ -199,11 +218,13 @@ class Client:
                 raise Overloaded(reply.error, wait)
             await trio.sleep(wait)
         if reply.error:
-            raise RequestError(reply.error)
+            raise _refused(reply.error)
         return reply.eid
 
     async def status(self) -> dict[str, Any]:
         reply = await self._call(lambda req: StatusRequest(req))
+        if isinstance(reply, Done):  # refused (a client token)
+            raise _refused(reply.error)
         assert isinstance(reply, StatusReply)
         data: dict[str, Any] = json.loads(reply.json)
         return data
@@ -215,6 +236,8 @@ class Client:
         pages: list[TreeReply] = []
         while True:
             reply = await self._call(partial(TreeRequest, page=len(pages)))
+            if isinstance(reply, Done):  # refused (a client token)
+                raise _refused(reply.error)
             assert isinstance(reply, TreeReply)
             if reply.error:
                 raise RequestError(reply.error)
@@ -298,8 +321,11 @@ class Client:
 
 
 @asynccontextmanager
-async def connect(host: str, port: int, timeout_s: float = 5.0) -> AsyncIterator[Client]:
-    """A client connected to the peer at ``host:port``."""
+async def connect(
+    host: str, port: int, timeout_s: float = 5.0, token: str | None = None
+) -> AsyncIterator[Client]:
+    """A client connected to the peer at ``host:port``, greeting it with ``token`` if given
+    (``Unauthorized`` if the peer requires a token and this one is missing or wrong)."""
     try:
         with trio.fail_after(timeout_s):
             stream = await trio.open_tcp_stream(host, port)
@@ -309,8 +335,9 @@ async def connect(host: str, port: int, timeout_s: float = 5.0) -> AsyncIterator
         ) from None
     except OSError as exc:
         raise ConnectionLost(f"cannot connect to {host}:{port}: {_reason(exc)}") from None
+    refused: RangecastError | None = None
     async with trio.open_nursery() as nursery:
-        client = Client(stream, f"the peer at {host}:{port}")
+        client = Client(stream, f"the peer at {host}:{port}", token)
         nursery.start_soon(client._reader)
         try:
             # Greet at once: the peer closes a connection that has said nothing within its idle
@@ -319,14 +346,21 @@ async def connect(host: str, port: int, timeout_s: float = 5.0) -> AsyncIterator
                 with trio.fail_after(timeout_s):
                     await client.hello()
             except trio.TooSlowError:
-                raise ConnectionLost(
+                refused = ConnectionLost(
                     f"{host}:{port} did not answer a hello within {timeout_s:g} s"
-                ) from None
-            yield client
+                )
+            except RequestError as exc:  # a client token missing or refused
+                refused = exc
+            if refused is None:
+                yield client
         finally:
             nursery.cancel_scope.cancel()
             with trio.CancelScope(shield=True), suppress(trio.BrokenResourceError, OSError):
                 await stream.aclose()
+    if refused is not None:
+        # Raised out here, not inside the nursery: the caller gets the exception itself,
+        # not an exception group around it.
+        raise refused
 
 
 def _reason(exc: OSError) -> str:
@@ -354,5 +388,6 @@ __all__ = [
     "Delivery",
     "Overloaded",
     "RequestError",
+    "Unauthorized",
     "connect",
 ]

@@ -15,6 +15,7 @@ from typing import Annotated
 import msgspec
 
 from rangecast.dht.wire import U8, U16, U32, U63, Finite, Message, MessageTable, Payload, WireBytes
+from rangecast.runtime.tokens import MAX_TOKEN_CHARS
 
 Key = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
 Signature = Annotated[bytes, msgspec.Meta(max_length=64)]
@@ -41,14 +42,21 @@ class Sealed(Message, tag=128, frozen=True):
 
 
 class Hello(Message, tag=129, frozen=True):
-    """Who are you? (a joining peer asks its contact; a client asks the peer it talks to)."""
+    """Who are you? (a joining peer asks its contact; a client asks the peer it talks to).
+    ``token``: the client's token, for a peer that requires one (``runtime/tokens.py``)."""
+
+    token: Annotated[str, msgspec.Meta(max_length=MAX_TOKEN_CHARS)] = ""
 
 
 class HelloReply(Message, tag=130, frozen=True):
+    """``error`` set: the peer requires a client token and the hello had none, or a wrong
+    one; the connection may say hello again, but its requests are refused meanwhile."""
+
     addr: WireBytes
     key: Key
     state: Name
     schemas: list[Name]
+    error: Text = ""
 
 
 class SubscribeRequest(Message, tag=131, frozen=True):

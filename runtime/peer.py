@@ -106,6 +106,7 @@ from rangecast.runtime.kademlia_bridge import KademliaService
 from rangecast.runtime.messages import Authed, Hello, HelloReply, Sealed, SessionOpen
 from rangecast.runtime.quotas import DEFAULT_QUOTAS, ClientLedger, Quotas, remote_host
 from rangecast.runtime.service import ClientSession, Owner
+from rangecast.runtime.tokens import ClientTokens
 
 log = logging.getLogger("rangecast.peer")
 
@@ -118,6 +119,10 @@ _OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errn
 #: routed around and demoted.
 RUNTIME_PASTRY = PastryConfig(ack_floor_s=2.0, ack_rtt_factor=4.0, e2e_acks=True)
 RUNTIME_KADEMLIA = KademliaConfig(ack_floor_s=2.0, ack_rtt_factor=4.0)
+#: Real peers expire stored pieces no live subscriber refreshed for three refresh periods: a
+#: whole entry peer that vanished stops costing the swarm (a disconnected client's
+#: subscriptions are removed at its entry peer at once). The simulator keeps expiry off.
+RUNTIME_OVERLAY = OverlayConfig(refresh_s=30.0, expire_after_s=90.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +139,7 @@ class PeerConfig:
     #: With ``dht="kademlia"``: also run the kademlia package's server (UDP, same port number),
     #: so plain Kademlia nodes can bootstrap from this peer and share its key/value store.
     kademlia_rpc: bool = True
-    overlay: OverlayConfig = field(default_factory=OverlayConfig)
+    overlay: OverlayConfig = RUNTIME_OVERLAY
     #: Per connection, and per signing peer: frames per second and burst before frames are
     #: dropped as a flood.
     rate_per_s: float = 20_000.0
@@ -175,6 +180,8 @@ class PeerConfig:
     #: Limits on untrusted peers: second-hand routing entries, outgoing links and connects,
     #: link-handshake openings per source address (``runtime.candidates``).
     trust: TrustConfig = field(default_factory=TrustConfig)
+    #: Client tokens the client API requires (``runtime/tokens.py``); None: anyone may use it.
+    client_tokens: ClientTokens | None = None
 
     def __post_init__(self) -> None:
         if self.dht not in DHTS:
@@ -1083,7 +1090,9 @@ class PeerRuntime:
                             continue
                         # Anything else is the client API; the connection becomes a session.
                         if session is None:
-                            session = ClientSession(self, stream, self._wire, conn)
+                            session = ClientSession(
+                                self, stream, self._wire, conn, self.cfg.client_tokens
+                            )
                             session.start(conn_nursery)
                         session.request(msg)
                     conn_nursery.cancel_scope.deadline = conn.deadline
@@ -1327,7 +1336,10 @@ class PeerRuntime:
                 "connections_open": self._open_in,
                 "refused_connections": self.refused_in,
             },
-            "clients": self.clients.status(self.backlog()),
+            "clients": {
+                **self.clients.status(self.backlog()),
+                "tokens_required": self.cfg.client_tokens is not None,
+            },
             "internal_errors": self.internal_errors,
             "pauses": self.pauses,
             "save_failures": self.save_failures,
@@ -1348,6 +1360,8 @@ class PeerRuntime:
                 "handed_off": ostats.handed_off,
                 "recreated": ostats.recreated,
                 "retries": ostats.retries,
+                "expired": ostats.expired,
+                "replicas_released": ostats.replicas_released,
                 "replicas_held": len(core.overlay.replicas),
                 # Tree nodes hosted here whose every copy is in one /24 or /48 (dht.locality):
                 # expected only where the neighbourhood has a single prefix (one host).

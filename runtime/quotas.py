@@ -345,6 +345,10 @@ class ClientConnection:
     def not_owned(self) -> None:
         self._ledger.refuse(NOT_OWNED)
 
+    def refuse(self, reason: str) -> None:
+        """A request refused for ``reason`` defined elsewhere (a client token): counted."""
+        self._ledger.refuse(reason)
+
     def slow_reader(self, queued: int) -> None:
         """The client is closed for not reading; the ``queued`` frames go with it."""
         self._ledger.refuse(SLOW_READER)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
+from msgspec.structs import replace
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.wire import Codec, Message
@@ -41,6 +42,7 @@ from rangecast.runtime.messages import (
     UnsubscribeRequest,
 )
 from rangecast.runtime.quotas import ClientConnection, Refusal
+from rangecast.runtime.tokens import BAD_TOKEN, NEED_TOKEN, TOKEN_REFUSED, ClientTokens
 from rangecast.runtime.treestate import TreePicture, picture
 
 
@@ -78,11 +80,22 @@ class Owner:
 
 class ClientSession(Owner):
     def __init__(
-        self, peer: PeerApi, stream: trio.SocketStream, wire: Codec, conn: ClientConnection
+        self,
+        peer: PeerApi,
+        stream: trio.SocketStream,
+        wire: Codec,
+        conn: ClientConnection,
+        tokens: ClientTokens | None = None,
     ) -> None:
         """``wire``: the peer's ``wire_codec``, which the session's replies are encoded with;
-        ``conn``: the connection's quotas (the peer closes it when the connection ends)."""
+        ``conn``: the connection's quotas (the peer closes it when the connection ends);
+        ``tokens``: the client tokens the peer requires (None: none, ``runtime/tokens.py``)."""
         self.peer = peer
+        self._tokens = tokens
+        #: Requests are served (no tokens required, or the hello carried a valid one).
+        self.authorized = tokens is None
+        #: A wrong token was tried: one guess per connection (each costs a new connection).
+        self._guessed = False
         self.stream = stream
         self.conn = conn
         quotas = conn.quotas
@@ -167,10 +180,37 @@ class ClientSession(Owner):
         if handler is None:
             self.peer.rejections.add("unexpected message")
             return
+        if not self.authorized and type(msg) is not Hello:
+            self._unauthorized(msg)
+            return
         handler(self, msg)
 
     def _hello(self, msg: Hello) -> None:
-        self._out(self.peer.hello_reply())
+        reply = self.peer.hello_reply()
+        tokens = self._tokens
+        if tokens is not None and not self.authorized:
+            if not msg.token:
+                # Peers greet each other without a token to learn a contact's key: answered,
+                # not counted; the requests that follow are.
+                reply = replace(reply, error=NEED_TOKEN)
+            elif not self._guessed and tokens.check(msg.token):
+                self.authorized = True
+            else:
+                self._guessed = True
+                self.conn.refuse(TOKEN_REFUSED)
+                reply = replace(reply, error=BAD_TOKEN)
+        self._out(reply)
+
+    def _unauthorized(self, msg: Message) -> None:
+        """A request before a valid token: refused with a reply its client understands."""
+        self.conn.refuse(TOKEN_REFUSED)
+        req = getattr(msg, "req", 0)
+        if type(msg) is SubscribeRequest:
+            self._out(SubscribeReply(req, 0, [], NEED_TOKEN))
+        elif type(msg) is PublishRequest:
+            self._out(PublishReply(req, 0, NEED_TOKEN))
+        else:  # unsubscribe, status, tree: a bare failure
+            self._out(Done(req, NEED_TOKEN))
 
     def _subscribe(self, msg: SubscribeRequest) -> None:
         try:

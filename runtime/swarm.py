@@ -34,6 +34,7 @@ from rangecast.dht.kademlia import ROOT_CACHE
 from rangecast.dht.substrate import substrate
 from rangecast.pubsub.node import OverlayConfig
 from rangecast.runtime.identity import DEFAULT_ID_DIFFICULTY, STATE_FILE
+from rangecast.runtime.tokens import read_token_lines
 
 SWARM_FILE = "swarm.json"
 
@@ -60,6 +61,9 @@ class SwarmSpec:
     timeout: float = 120.0
     #: No progress on stderr.
     quiet: bool = False
+    #: A client token file every peer requires tokens from (``runtime/tokens.py``); the
+    #: swarm's own status probes present its first token. None: no tokens.
+    client_tokens: Path | None = None
 
 
 def _alive(pid: int) -> bool:
@@ -137,13 +141,13 @@ def _write(dir_: Path, data: dict[str, Any]) -> None:
         ) from None
 
 
-async def _probe(port: int) -> dict[str, Any] | None:
+async def _probe(port: int, token: str | None = None) -> dict[str, Any] | None:
     """A peer's status, or None if it does not answer (yet)."""
     from rangecast.runtime.client import ConnectionLost, connect
 
     try:
         with trio.fail_after(3.0):
-            async with connect("127.0.0.1", port) as client:
+            async with connect("127.0.0.1", port, token=token) as client:
                 return await client.status()
     except (ConnectionLost, OSError, trio.TooSlowError):
         return None
@@ -177,6 +181,8 @@ def _spawn(i: int, port: int, dir_: Path, join: int | None, args: SwarmSpec) -> 
     if args.schema:
         cmd += ["--schema", args.schema]
     cmd += ["--id-difficulty", str(args.id_difficulty)]
+    if args.client_tokens is not None:
+        cmd += ["--client-tokens", str(args.client_tokens)]
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(
             cmd,
@@ -283,6 +289,11 @@ def up(args: SwarmSpec) -> int:
         builtin_schemas().resolve(args.schema)  # fail now, not in N log files
         if Path(args.schema).is_file():
             args = replace(args, schema=str(Path(args.schema).resolve()))
+    token = None
+    if args.client_tokens is not None:
+        # A bad file fails now, not in N log files; the peers get its absolute path.
+        token = read_token_lines(args.client_tokens)[0]
+        args = replace(args, client_tokens=args.client_tokens.resolve())
     dir_ = Path(args.dir)
     lock = _lock(dir_)
     reused = _reusable(dir_, n, args.dht)
@@ -295,6 +306,7 @@ def up(args: SwarmSpec) -> int:
         "created": time.time(),
         "schema": args.schema or "thesis",
         "dht": args.dht,
+        "client_tokens": str(args.client_tokens) if args.client_tokens else None,
         "peers": [],
     }
     # A peer that has just joined parks probes for tree nodes it may be about to receive from
@@ -323,7 +335,7 @@ def up(args: SwarmSpec) -> int:
                     raise LocalProtocolError(
                         f"peer {i} exited; see its log {data['peers'][i]['log']}"
                     )
-                st = await _probe(base + i)
+                st = await _probe(base + i, token)
                 if st is not None and st.get("state") == "ready":
                     seen_ready.setdefault(i, trio.current_time())
                     statuses[i] = st
@@ -386,13 +398,15 @@ def up(args: SwarmSpec) -> int:
 def status(dir_: Path, *, as_json: bool = False) -> int:
     """Print each peer's process and overlay state (a table, or JSON); 0 when all are ready."""
     data = _read(dir_)
+    tokens = data.get("client_tokens")
+    token = read_token_lines(Path(tokens))[0] if isinstance(tokens, str) else None
 
     async def main() -> list[dict[str, Any]]:
         rows = []
         for p in data["peers"]:
             port = int(str(p["address"]).rsplit(":", 1)[1])
             alive = _running(p)
-            st = await _probe(port) if alive else None
+            st = await _probe(port, token) if alive else None
             rows.append(
                 {
                     "index": p["index"],

@@ -104,17 +104,20 @@ def snapshot_from(replies: Mapping[str, Sequence[TreeReply]]) -> TreeSnapshot:
     return TreeSnapshot(tuple(replies), tuple(nodes), schemas, config or TreeConfig())
 
 
-async def _one(address: str, timeout_s: float) -> tuple[str, list[TreeReply]]:
+async def _one(address: str, timeout_s: float, token: str | None) -> tuple[str, list[TreeReply]]:
     host, port = parse_endpoint(address)
     with trio.fail_after(timeout_s):
-        async with connect(host, port, timeout_s=timeout_s) as client:
+        async with connect(host, port, timeout_s=timeout_s, token=token) as client:
             pages = await client.tree()
     return (pages[0].state if pages else "?"), pages
 
 
-async def collect(addresses: Iterable[str], *, timeout_s: float = PEER_TIMEOUT_S) -> LiveTree:
+async def collect(
+    addresses: Iterable[str], *, timeout_s: float = PEER_TIMEOUT_S, token: str | None = None
+) -> LiveTree:
     """Every peer's tree state, asked of all of them at once (``HOST:PORT`` each; a malformed
-    one raises ``LocalProtocolError`` before anything is asked)."""
+    one raises ``LocalProtocolError`` before anything is asked); ``token``: the client token
+    of a swarm started with ``--client-tokens``."""
     wanted = list(dict.fromkeys(addresses))
     for a in wanted:
         parse_endpoint(a)  # a typo is the user's error, not an unreachable peer
@@ -124,7 +127,7 @@ async def collect(addresses: Iterable[str], *, timeout_s: float = PEER_TIMEOUT_S
 
     async def one(address: str) -> None:
         try:
-            states[address], got[address] = await _one(address, timeout_s)
+            states[address], got[address] = await _one(address, timeout_s, token)
         except trio.TooSlowError:
             lost[address] = f"no answer within {timeout_s:g} s"
         except (RangecastError, OSError) as exc:

@@ -40,6 +40,8 @@ START = 24
 class ChurnMachine(RuleBasedStateMachine):
     #: The DHT under the overlay (a subclass runs the same sequences on Kademlia).
     dht_config: Any = PastryConfig
+    #: The overlay's configuration (a subclass runs them with stored pieces expiring).
+    overlay_config = OverlayConfig(replicas=3)
 
     @initialize(seed=SEEDS)
     def start(self, seed: int) -> None:
@@ -51,7 +53,7 @@ class ChurnMachine(RuleBasedStateMachine):
             stream(seed, "network"),
             codec=codec_for(*OverlayPeer.TABLES),
         )
-        cfg = OverlayConfig(replicas=3)
+        cfg = self.overlay_config
         proto = stream(seed, "overlay")
 
         def make(i: int, node: PastryNode) -> OverlayPeer:

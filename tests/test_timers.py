@@ -14,7 +14,7 @@ from rangecast.dht.timers import TimerHeap
 from rangecast.dht.wire import codec_for
 from rangecast.multicast.topic import TopicPeer
 from rangecast.multicast.topic_base import TimerKind, TopicConfig, TopicContext
-from rangecast.pubsub.base import T_PARK, T_RECONCILE, T_REFRESH
+from rangecast.pubsub.base import T_EXPIRE, T_PARK, T_RECONCILE, T_REFRESH
 from rangecast.pubsub.node import _TIMERS as OVERLAY_TIMERS
 
 DHT_CODEC = codec_for(DHT_TABLE)
@@ -81,7 +81,7 @@ def test_every_dht_timer_kind_has_a_handler(node_type: type) -> None:
 
 
 def test_the_overlay_and_the_topic_core_use_the_same_heap() -> None:
-    assert set(OVERLAY_TIMERS) == {T_PARK, T_RECONCILE, T_REFRESH}
+    assert set(OVERLAY_TIMERS) == {T_PARK, T_RECONCILE, T_REFRESH, T_EXPIRE}
     codec = codec_for(*TopicPeer.TABLES)
     dht = PastryNode(1 << 100, b"\x01" * 6, random.Random(1), config=PastryConfig(), codec=codec)
     ctx = TopicContext(dht, random.Random(2), TopicConfig(), codec)
