@@ -95,3 +95,25 @@ def test_the_installed_command_runs(installed: tuple[Path, Path]) -> None:
     route = ["sim", "route", "--nodes", "40", "--lookups", "40", "--latency", "planetlab"]
     result = json.loads(_run(rangecast, *route, "--json", "--quiet", cwd=env))
     assert result["delivered"] == 40 and result["correct_root_fraction"] == 1.0
+
+
+def test_the_testing_kit_is_installed_and_typed(installed: tuple[Path, Path]) -> None:
+    """The kit (docs/testing.md) comes with the wheel, not only with a checkout: a user's own
+    tests import it, and its type hints ship with it (``py.typed``)."""
+    wheel, env = installed
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+    assert "rangecast/py.typed" in names and "rangecast/testkit/invariants.py" in names
+    probe = """
+import json
+from rangecast.testkit import invariants, machine, strategies, simnet
+from rangecast.pubsub.schema import THESIS_SCHEMA
+net = simnet.Net(12, 1, THESIS_SCHEMA)
+print(json.dumps({"file": invariants.__file__, "checks": sorted(invariants.CHECKS),
+                  "machine": machine.OverlayMachine.__name__,
+                  "violations": len(invariants.check_tree(net.snapshot()))}))
+"""
+    out = json.loads(_run(env / "bin" / "python", "-c", probe, cwd=env))
+    assert out["file"].startswith(str(env))
+    assert "partition" in out["checks"] and out["machine"] == "OverlayMachine"
+    assert out["violations"] == 0
