@@ -218,7 +218,9 @@ def test_publish_flood(swarm: LiveSwarm) -> None:
     assert out["accepted"] + out["refused"] == 2 * per
     reasons = (q.PUBLISH_RATE, q.PUBLISH_ADDRESS, q.BUSY)
     counted = sum(_refused(st, r) - _refused(before, r) for r in reasons)
-    assert counted == out["refused"] > 0
+    # Every refusal the flood got is counted; the oracle round afterwards (in ``st``) may add
+    # its own, for load, which its client waits out.
+    assert counted >= out["refused"] > 0
     assert _refused(st, q.PUBLISH_RATE) > _refused(before, q.PUBLISH_RATE)
     accepted = st["clients"]["publishes_accepted"] - before["clients"]["publishes_accepted"]
     assert accepted >= out["accepted"]  # and the oracle round's own publishes
