@@ -33,9 +33,10 @@ from rangecast.analysis.reproduce.evaluate import (
     LBDD_FIGURES,
     THESIS_FIGURES,
     FigureResult,
-    evaluate,
     records,
+    thesis_figures,
 )
+from rangecast.analysis.reproduce.lbdd import lbdd_figures
 from rangecast.analysis.reproduce.plans import FULL, QUICK, Size, reproduction_plan
 from rangecast.analysis.sweep.command import DEFAULT_MASTER, prepare_out, run_sweep
 from rangecast.analysis.sweep.plan import RunSpec
@@ -212,7 +213,9 @@ def reproduce(
         if session is not None and own:
             session.stop()
     recs = records(built["runs"], _part)
-    figures = evaluate(recs, size.nodes)
+    figures = thesis_figures(recs, size.nodes)
+    if any(r.part.startswith("lbdd-") for r in recs):
+        figures += lbdd_figures(recs)
     drawn = _draw(out, figures, built)
     problems = [f"run {f['run']} failed: {f['error']}" for f in swept.document["failures"]]
     if swept.mismatched:

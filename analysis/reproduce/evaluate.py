@@ -377,8 +377,9 @@ def _ratio_stat(first: Sequence[RunRecord], last: Sequence[RunRecord], path: str
     )
 
 
-def evaluate(recs: Sequence[RunRecord], base_nodes: int) -> list[FigureResult]:
-    """Every figure the runs allow, in page order."""
+def thesis_figures(recs: Sequence[RunRecord], base_nodes: int) -> list[FigureResult]:
+    """Every thesis figure the runs allow, in page order (the LBDD ones: ``lbdd.lbdd_figures``,
+    which builds on this module)."""
     out: list[FigureResult] = []
     thesis = [r for r in recs if r.part.startswith("thesis-")]
     if thesis:
@@ -387,8 +388,4 @@ def evaluate(recs: Sequence[RunRecord], base_nodes: int) -> list[FigureResult]:
         out += pair_figures(base, [r for r in thesis if r.part == "thesis-probe"], "probe")
         out += pair_figures(base, [r for r in thesis if r.part == "thesis-lb"], "lb")
         out += scaling_figures(thesis)
-    if any(r.part.startswith("lbdd-") for r in recs):
-        from rangecast.analysis.reproduce.lbdd import lbdd_figures
-
-        out += lbdd_figures(recs)
     return out
