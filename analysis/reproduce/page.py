@@ -77,7 +77,10 @@ def ratio_figure(path: Path, fig: FigureResult) -> Path | None:
     lo, hi = min([*ratios, 0.5]), max([*ratios, 2.0])
     ax.set_xlim(lo / 1.6, hi * 1.6)
     ax.set_yticks(ys, [_short(c) for c in rows], fontsize=8)
-    ax.set_xlabel("ours / paper (latencies in units of each side's mean RTT); bars: 95% CI")
+    # Only latencies are rescaled (to each side's mean RTT); bytes are compared as they are.
+    latency = any("latency" in _short(c) for c in rows)
+    unit = " (latencies in units of each side's mean RTT)" if latency else ""
+    ax.set_xlabel(f"ours / paper{unit}; bars: 95% CI")
     ax.grid(alpha=0.3, axis="x")
     ax.legend(loc="lower right", fontsize=8)
     f.suptitle(f"Fig {fig.figure}: ours over the paper's values, mean of the seeds", fontsize=10)
