@@ -487,14 +487,24 @@ class DhtCore:
         if track.upstream is not None:
             self._out.append((track.upstream, RouteDone(uid)))
 
-    def _on_route_done(self, msg: RouteDone, src: bytes, now: float) -> None:
+    def _track_from(self, uid: int, src: bytes) -> Track | None:
+        """The track of ``uid`` if ``src`` is the hop it was sent on to; None (a late,
+        duplicate or misdirected answer) otherwise, counted when nothing was asked."""
         e2e = self._e2e
         if e2e is None:
             self.stats.drop("end-to-end ack unasked")
-            return
-        track = e2e.tracks.get(msg.uid)
+            return None
+        track = e2e.tracks.get(uid)
         if track is None or track.next_hop is None or track.next_hop.addr != src:
-            return  # late, duplicate, or not from the hop we sent it to
+            return None
+        return track
+
+    def _on_route_done(self, msg: RouteDone, src: bytes, now: float) -> None:
+        track = self._track_from(msg.uid, src)
+        if track is None:
+            return
+        e2e = self._e2e
+        assert e2e is not None and track.next_hop is not None
         del e2e.tracks[msg.uid]
         self.stats.e2e_done += 1
         e2e.delivered(track.next_hop.id)
@@ -502,12 +512,8 @@ class DhtCore:
             self._out.append((track.upstream, RouteDone(msg.uid)))
 
     def _on_route_wait(self, msg: RouteWait, src: bytes, now: float) -> None:
-        e2e = self._e2e
-        if e2e is None:
-            self.stats.drop("end-to-end ack unasked")
-            return
-        track = e2e.tracks.get(msg.uid)
-        if track is None or track.next_hop is None or track.next_hop.addr != src:
+        track = self._track_from(msg.uid, src)
+        if track is None:
             return
         if track.waits >= self.cfg.max_reroutes:
             return  # a hop that keeps asking for time is not given it for ever

@@ -81,15 +81,20 @@ class LiveSwarm:
         return PeerAddress(ident.node_id, "127.0.0.1", self.ports[i]).to_bytes()
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
+
+
+def stop_processes(procs: list[subprocess.Popen[str]]) -> None:
+    """SIGTERM every peer process still running, then wait for each (SIGKILL after 20 s)."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def cli_status(port: int) -> dict[str, Any]:

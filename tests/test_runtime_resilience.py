@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import trio
+from live_swarm import stop_processes
 from runtime_harness import oracle_round as run_oracle_round
 from test_runtime_cli import free_base
 
@@ -122,15 +123,7 @@ class Swarm:
         return [p.poll() is None for p in self.procs]
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
 
 
 @pytest.fixture
