@@ -40,11 +40,11 @@ $(VENV)/bin/python:
 # that package itself.
 QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
-$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+$(VENV)/.installed: pyproject.toml setup.py sim/_hugepages.c | $(VENV)/bin/python
 	$(QUIET_EDITABLE) $(BIN)/python -m pip install -q -e '.[spark]'
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+$(VENV)/.installed-test: pyproject.toml setup.py sim/_hugepages.c | $(VENV)/bin/python
 	$(QUIET_EDITABLE) $(BIN)/python -m pip install -q -e '.[test,spark]'
 	touch $@ $(VENV)/.installed
 

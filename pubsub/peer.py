@@ -23,7 +23,7 @@ class OverlayPeer:
     """Inputs go to the DHT node (which upcalls the overlay); outputs are the DHT node's
     messages, the earlier of the two layers' deadlines, and the overlay's application events."""
 
-    __slots__ = ("dht", "overlay", "receive", "take_events", "take_messages")
+    __slots__ = ("_overlay_timers", "dht", "overlay", "receive", "take_events", "take_messages")
     receive: Callable[[Message, bytes, float], None]
     take_messages: Callable[[], list[tuple[bytes, Message]]]
     take_events: Callable[[], list[AppEvent]]
@@ -47,6 +47,9 @@ class OverlayPeer:
         self.receive = dht.receive
         self.take_messages = dht.take_messages
         self.take_events = self.overlay.take_events
+        # The overlay's timer heap (the list object never changes), read after every input
+        # without going through the overlay object.
+        self._overlay_timers = self.overlay._timer_heap
 
     def receive_frame(self, frame: bytes, src: bytes, now: float) -> None:
         self.dht.receive_frame(frame, src, now)
@@ -57,7 +60,7 @@ class OverlayPeer:
 
     def get_timer(self) -> float | None:
         a = self.dht.get_timer()
-        if not self.overlay._timer_heap:  # the common case: nothing parked
+        if not self._overlay_timers:  # the common case: nothing parked
             return a
         b = self.overlay.get_timer()
         if a is None:

@@ -30,6 +30,7 @@ import itertools
 import math
 import random
 import time
+from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -78,22 +79,29 @@ def sim_addr(index: int) -> bytes:
     return index.to_bytes(4, "big") + PORT
 
 
+def _counters(n: int = 0) -> array[int]:
+    """Per-node counters in one compact array (64-bit: a node sends far fewer than 2^63
+    bytes): each message updates a few at random nodes, and in a list every count would be an
+    int object of its own somewhere in a heap of GBs."""
+    return array("q", bytes(8 * n))
+
+
 @dataclass(slots=True)
 class TypeCount:
     name: str = ""
     messages: int = 0
     bytes: int = 0
     #: Bytes sent by each node.
-    per_node: list[int] = field(default_factory=list)
+    per_node: array[int] = field(default_factory=_counters)
 
 
 @dataclass(slots=True)
 class NetStats:
     """Counters per node and per message type."""
 
-    sent_messages: list[int] = field(default_factory=list)
-    sent_bytes: list[int] = field(default_factory=list)
-    received_messages: list[int] = field(default_factory=list)
+    sent_messages: array[int] = field(default_factory=_counters)
+    sent_bytes: array[int] = field(default_factory=_counters)
+    received_messages: array[int] = field(default_factory=_counters)
     by_type: dict[str, TypeCount] = field(default_factory=dict)
     lost: int = 0
     to_dead: int = 0
@@ -143,7 +151,9 @@ class Simulator:
         self._q: list[tuple[float, int, int, int, Any, Any]] = []
         #: Tie-breaker of the event queue: events at the same time run in the order scheduled.
         self._counter = itertools.count(1)
-        self._armed: list[float] = []
+        #: Each node's armed deadline, in a compact array: the flush compares it after every
+        #: input at a random node, and a list would point to a float object anywhere in memory.
+        self._armed: array[float] = array("d")
         self._rng = net_rng
         self._stop = False
         self._progress = progress
@@ -308,7 +318,8 @@ class Simulator:
             name = kind.__name__
         tc = self.stats.by_type.get(name)
         if tc is None:
-            tc = self.stats.by_type[name] = TypeCount(name=name, per_node=[0] * len(self.cores))
+            tc = TypeCount(name=name, per_node=_counters(len(self.cores)))
+            self.stats.by_type[name] = tc
         return tc
 
     def _get_flush(self) -> Callable[[int], None]:

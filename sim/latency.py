@@ -353,7 +353,9 @@ class MatrixLatency(LatencyModel):
         self._same_host_ms = float(same_host_ms)
         self._asymmetric_pairs = asymmetric
         self._max_asymmetry_ms = max_asym
-        self._host: list[int] = []
+        # Compact arrays, not lists of int objects: ``one_way_ms`` reads two entries per
+        # simulated message at random nodes, and an array keeps them in a few cache lines.
+        self._host: array[int] = array("l")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], same_host_ms: float = DEFAULT_SAME_HOST_MS) -> Self:
@@ -389,7 +391,7 @@ class MatrixLatency(LatencyModel):
                 best, best_d = c, d
         return best
 
-    def nearest_terms(self) -> tuple[list[int], list[array[float]], None]:
+    def nearest_terms(self) -> tuple[Sequence[int], list[array[float]], None]:
         return self._host, self._one_way, None
 
     def mean_rtt_ms(self) -> float:
@@ -555,8 +557,9 @@ class SyntheticLatency(LatencyModel):
         core_mean = math.fsum(map(math.fsum, self._core)) / (sites * (sites - 1))
         self._mean_rtt_ms = 2.0 * (core_mean + 2.0 * self._mean_access_ms)
 
-        self._site: list[int] = []
-        self._access: list[float] = []
+        # Compact arrays (see ``MatrixLatency._host``).
+        self._site: array[int] = array("l")
+        self._access: array[float] = array("d")
 
     def place(self, count: int, rng: random.Random) -> None:
         _check_placement_count(count)
@@ -592,7 +595,7 @@ class SyntheticLatency(LatencyModel):
                 best, best_d = c, d
         return best
 
-    def nearest_terms(self) -> tuple[list[int], list[array[float]], list[float]]:
+    def nearest_terms(self) -> tuple[Sequence[int], list[array[float]], Sequence[float]]:
         # access[a] is common to every candidate, as in ``nearest``.
         return self._site, self._core, self._access
 

@@ -37,6 +37,7 @@ from rangecast.pubsub.base import OverlayConfig
 from rangecast.pubsub.peer import OverlayPeer
 from rangecast.pubsub.schema import SchemaRegistry
 from rangecast.sim.engine import Core, Simulator, cyclic_gc_paused
+from rangecast.sim.hugepages import use_huge_pages
 from rangecast.sim.latency import LatencyModel, latency_model
 from rangecast.sim.network import ROOT_CACHE, DhtConfig, SimNetwork, dht_config
 from rangecast.sim.options import require_finite
@@ -310,6 +311,8 @@ class Scenario(Generic[P, R]):
         from rangecast.sim import runlog
 
         out_dir = runlog.prepare_dir(out, force=force) if out is not None else None
+        # Before the nodes are built, so that their state lands on huge pages too.
+        use_huge_pages()
         with cyclic_gc_paused():
             self.prepare(params, as_progress(progress, self.name), out_dir)
             self.workload()
