@@ -23,8 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from rangecast.sim.scenario import TimedResult
+
 HERE = Path(__file__).resolve().parent
-WALL_FIELDS = ("wall_s", "wall_phases_s", "sim_messages_per_s")
 
 
 def run_child(nodes: int, events: int, seed: int, huge: bool) -> dict[str, object]:
@@ -54,7 +55,7 @@ def run_child(nodes: int, events: int, seed: int, huge: bool) -> dict[str, objec
         "rss_mib": usage.ru_maxrss / 1024.0,
         "huge_page_mib": int(result.pop("huge_page_bytes")) / 2**20,
         "sim_messages": result["sim_messages"],
-        "result": {k: v for k, v in result.items() if k not in WALL_FIELDS},
+        "result": {k: v for k, v in result.items() if k not in TimedResult.WALL_FIELDS},
     }
 
 

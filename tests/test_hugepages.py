@@ -11,11 +11,9 @@ import sys
 import pytest
 
 from rangecast.sim import hugepages
+from rangecast.sim.scenario import TimedResult
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
-
-# Fields that measure the machine, not the run.
-_WALL = ("wall_s", "wall_phases_s", "sim_messages_per_s")
 
 
 def _python(code: str, *, huge: bool) -> str:
@@ -56,7 +54,7 @@ import json
 from rangecast.sim.hugepages import huge_page_bytes
 from rangecast.sim.thesis_experiment import ThesisParams, run_thesis
 r = run_thesis(ThesisParams(nodes=120, events=300, seed=3))
-for k in {_WALL!r}:
+for k in {TimedResult.WALL_FIELDS!r}:
     r.pop(k, None)
 r["huge"] = huge_page_bytes() > 0  # the run itself turned it on
 print(json.dumps(r, sort_keys=True))

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import trio
-from live_swarm import stop_processes
+from live_swarm import status, stop_processes, wait_for
 from runtime_harness import oracle_round as run_oracle_round
 from test_runtime_cli import free_base
 
@@ -137,22 +137,6 @@ def swarm_factory(tmp_path: Path):  # type: ignore[no-untyped-def]
     yield make
     for s in made:
         s.stop()
-
-
-async def status(port: int) -> dict[str, Any]:
-    async with connect("127.0.0.1", port) as c:
-        return await c.status()
-
-
-async def wait_for(cond: Any, guard_s: float = 60.0) -> bool:
-    """Poll ``cond`` (an async predicate); the guard only keeps a broken run from hanging."""
-    with trio.move_on_after(guard_s):
-        while True:
-            with contextlib.suppress(OSError, trio.TooSlowError, Exception):
-                if await cond():
-                    return True
-            await trio.sleep(0.2)
-    return False
 
 
 async def leaf_sets_full(ports: list[int]) -> bool:
