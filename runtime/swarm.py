@@ -106,6 +106,18 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _last_error(log: Path) -> str:
+    """The last ``rangecast: error:`` line of a peer's log (why it exited), else ``""``."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            tail = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    errors = [line.strip() for line in tail if line.startswith("rangecast: error:")]
+    return errors[-1].removeprefix("rangecast: error:").strip() if errors else ""
+
+
 def _read(dir_: Path) -> dict[str, Any]:
     path = dir_ / SWARM_FILE
     try:
@@ -332,8 +344,10 @@ def up(args: SwarmSpec) -> int:
             for i in indices:
                 # Our own child (not _running: between fork and exec its command line is ours).
                 if not _alive(data["peers"][i]["pid"]):
+                    log = data["peers"][i]["log"]
+                    why = _last_error(Path(log))
                     raise LocalProtocolError(
-                        f"peer {i} exited; see its log {data['peers'][i]['log']}"
+                        f"peer {i} exited{f' ({why})' if why else ''}; see its log {log}"
                     )
                 st = await _probe(base + i, token)
                 if st is not None and st.get("state") == "ready":

@@ -30,8 +30,22 @@ def rc(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 PORTS = (7600, 7700)
 
 
-def free_base(n: int, lo: int = 20_000, hi: int = 60_000) -> int:
-    """A base port with ``n + 1`` free ports from it, drawn at random from ``[lo, hi)``."""
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands to outgoing connections (Linux's default: 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def free_base(n: int, lo: int = 20_000, hi: int | None = None) -> int:
+    """A base port with ``n + 1`` free ports from it, drawn at random from ``[lo, hi)``.
+
+    The default range ends where the kernel's ephemeral ports begin: a port found free there
+    can be taken, between this check and the peer's bind, as the local end of any outgoing
+    connection on the machine (another test's client, this swarm's own joins)."""
+    if hi is None:
+        hi = max(lo + 2 * (n + 1), min(_ephemeral_low(), 60_000))
     rng = random.Random(os.getpid() ^ time.monotonic_ns())
     for _ in range(50):
         base = rng.randrange(lo, hi - n - 1)
@@ -491,3 +505,20 @@ def test_os_errors_name_the_address_or_path(tmp_path: Path) -> None:
         s.listen()
         line = _one_line_error(rc("peer", "start", "--listen", via))
         assert via in line and "in use" in line, line
+
+
+def test_a_peer_that_exits_during_swarm_up_is_named_with_its_reason(tmp_path: Path) -> None:
+    """A peer of `swarm up` that exits (its port taken between the check and its bind, say):
+    the one-line error gives the reason from its log, not only the log's path."""
+    from rangecast.runtime.swarm import _last_error
+
+    log = tmp_path / "peer.log"
+    assert _last_error(log) == ""  # no log at all
+    log.write_text(
+        "2026-01-01 00:00:00,000 INFO    rangecast.cli: created identity 5e55 in /x\n"
+        + "x" * 5000  # more than the tail read
+        + "\nrangecast: error: cannot listen on 127.0.0.1:7401: Address already in use\n"
+    )
+    assert _last_error(log) == "cannot listen on 127.0.0.1:7401: Address already in use"
+    log.write_text("INFO started\n")
+    assert _last_error(log) == ""
