@@ -56,16 +56,24 @@ def _same_help(parser: argparse.ArgumentParser) -> None:
                 _same_help(sub)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command tree, from the sub-command modules: ``sim`` (cli.sim, generated from
-    the scenario registry, with ``sim sweep``; ``sim compare`` from cli.compare), ``report``
+#: The real peers' commands (cli.peer). Their command lines build only their own parsers:
+#: the rest of the tree imports the simulator and the analysis (numpy, the scenario registry),
+#: which would double the start-up time of every ``peer start``, ``publish`` and ``subscribe``.
+RUNTIME_COMMANDS = frozenset({"peer", "swarm", "subscribe", "publish"})
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The top-level command of ``argv``: its first word that is not an option (the top-level
+    options, ``--help`` and ``--version``, take no value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command tree, from the sub-command modules: ``sim`` (cli.sim, generated from the
+    scenario registry, with ``sim sweep``; ``sim compare`` from cli.compare), ``report``
     (cli.report), and the real peers' ``peer``, ``swarm``, ``subscribe`` and ``publish``
-    (cli.peer)."""
-    from rangecast.cli.compare import add_compare_parser
+    (cli.peer). For a ``command`` of ``RUNTIME_COMMANDS``, only the peers' part."""
     from rangecast.cli.peer import add_runtime_parsers
-    from rangecast.cli.report import add_report_parser
-    from rangecast.cli.reproduce import add_reproduce_parser
-    from rangecast.cli.sim import add_sim_parser
 
     parser = _Parser(
         prog="rangecast",
@@ -73,10 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rangecast {_version()}")
     top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_sim_parser(top)
-    add_compare_parser(top)
-    add_report_parser(top)
-    add_reproduce_parser(top)
+    if command not in RUNTIME_COMMANDS:
+        from rangecast.cli.compare import add_compare_parser
+        from rangecast.cli.report import add_report_parser
+        from rangecast.cli.reproduce import add_reproduce_parser
+        from rangecast.cli.sim import add_sim_parser
+
+        add_sim_parser(top)
+        add_compare_parser(top)
+        add_report_parser(top)
+        add_reproduce_parser(top)
     add_runtime_parsers(top)
     _same_help(parser)
     return parser
@@ -94,8 +108,9 @@ def _leaf_error(exc: BaseException) -> BaseException:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command(words))
+    args = parser.parse_args(words)
     try:
         try:
             return int(args.func(args))

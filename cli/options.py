@@ -13,12 +13,14 @@ import argparse
 import types
 import typing
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rangecast.dht.kademlia import LOOKUP_MODES, ROOT_CACHE
 from rangecast.dht.substrate import DHTS
 from rangecast.sim.options import OptionValueError, finite_float
-from rangecast.sim.scenario import Entry, build_params, entries
+
+if TYPE_CHECKING:
+    from rangecast.sim.scenario import Entry
 
 
 def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -58,6 +60,8 @@ def _value_type(entry: Entry) -> Callable[[str], Any] | None:
 
 def add_params(parser: argparse.ArgumentParser, params_type: type) -> None:
     """One option per command-line field of ``params_type``, in field order."""
+    from rangecast.sim.scenario import entries  # the simulator: not for the peers' commands
+
     dht = {e.name: e.default for e in entries(params_type) if e.option is None}
     for entry in entries(params_type):
         opt = entry.option
@@ -85,6 +89,8 @@ def add_params(parser: argparse.ArgumentParser, params_type: type) -> None:
 
 def params_from_args(params_type: type, args: argparse.Namespace) -> Any:
     """The parameter dataclass of a parsed command line."""
+    from rangecast.sim.scenario import build_params, entries
+
     values: dict[str, Any] = {}
     for entry in entries(params_type):
         value = getattr(args, entry.name)

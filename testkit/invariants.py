@@ -32,8 +32,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-import numpy as np
-
 from rangecast.pubsub.space import AttributeSpace, TreeId
 from rangecast.testkit.snapshot import HostedNode, Piece, TreeSnapshot
 
@@ -196,6 +194,8 @@ def _partition(
     rng: random.Random,
     samples: int,
 ) -> list[Violation]:
+    import numpy as np  # here, not at import: `rangecast swarm` loads this module for its help
+
     zones = [space.zone(n.tid) for n in leaves]
     x_lo = np.array([z.x_lo for z in zones])
     x_hi = np.array([z.x_hi for z in zones])

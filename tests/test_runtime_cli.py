@@ -522,3 +522,41 @@ def test_a_peer_that_exits_during_swarm_up_is_named_with_its_reason(tmp_path: Pa
     assert _last_error(log) == "cannot listen on 127.0.0.1:7401: Address already in use"
     log.write_text("INFO started\n")
     assert _last_error(log) == ""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["peer", "start", "--help"],
+        ["publish", "--help"],
+        ["subscribe", "--help"],
+        ["swarm", "up", "--help"],
+        ["swarm", "check", "--help"],
+    ],
+)
+def test_the_peers_commands_do_not_load_the_simulator(argv: list[str]) -> None:
+    """The peers' command lines build only their own parsers: neither the simulator nor numpy
+    is imported (they would double the start-up of every ``peer start`` and ``publish``)."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from rangecast.cli.main import main\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    main({argv!r})\n"
+        "heavy = sorted(m for m in sys.modules if m == 'numpy' or m.startswith('rangecast.sim.')"
+        " and m != 'rangecast.sim.options')\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_whole_command_tree_is_still_one_parser() -> None:
+    """``rangecast --help`` and an unknown command see every command."""
+    out = rc("--help")
+    assert out.returncode == 0
+    for command in ("sim", "report", "reproduce", "peer", "swarm", "subscribe", "publish"):
+        assert command in out.stdout
+    bad = rc("nosuch")
+    assert bad.returncode == 2 and "sim" in bad.stderr and "publish" in bad.stderr, bad.stderr
