@@ -328,6 +328,12 @@ def _format_status(st: dict[str, Any]) -> str:
             f"and re-routed, {e2e['demoted']} next hops demoted, "
             f"{len(e2e['quarantined'])} quarantined now"
         )
+    heal = st.get("dht", {}).get("healing")
+    if heal:
+        lines.append(
+            f"healing   {heal['remembered']} peers declared failed asked again now and then, "
+            f"{heal['pings']} asked, {heal['healed']} back"
+        )
     return "\n".join(lines)
 
 

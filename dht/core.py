@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from rangecast.dht.e2e import EndToEnd, Track
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
+from rangecast.dht.healing import Graveyard
 from rangecast.dht.ids import IdSpace
 from rangecast.dht.locality import Locality
 from rangecast.dht.messages import (
@@ -29,6 +30,7 @@ from rangecast.dht.messages import (
     Direct,
     HopAck,
     JoinRequest,
+    Ping,
     Route,
     RouteDone,
     RouteWait,
@@ -101,6 +103,10 @@ class NodeStats(DropStats):
     e2e_retries: int = 0
     demoted: int = 0
     quarantine_refused: int = 0
+    #: Healing a split (``dht.healing``): pings to peers declared failed, and such peers heard
+    #: from again.
+    heal_pings: int = 0
+    healed: int = 0
 
 
 class Pending:
@@ -131,6 +137,7 @@ class DhtCore:
     __slots__ = (
         "_avoiding",
         "_e2e",
+        "_graveyard",
         "_join_attempts",
         "_join_contact",
         "_out",
@@ -204,6 +211,8 @@ class DhtCore:
         )
         #: Next hops excluded while one re-routed message is handled here (``dht.e2e``).
         self._avoiding: frozenset[int] = frozenset()
+        #: Peers declared failed, asked again now and then (``dht.healing``); None: off.
+        self._graveyard: Graveyard | None = Graveyard.of(cfg)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.space.hexid(self.me.id)[:8]}…, {self.state.value})"
@@ -211,6 +220,12 @@ class DhtCore:
     @property
     def id(self) -> int:
         return self.me.id
+
+    @property
+    def healing(self) -> Graveyard | None:
+        """The peers declared failed and asked again now and then (``dht.healing``), None
+        where healing is off."""
+        return self._graveyard
 
     @property
     def end_to_end(self) -> EndToEnd | None:
@@ -553,6 +568,39 @@ class DhtCore:
         finally:
             self._avoiding = frozenset()
         self._e2e_settle(uid, track, sends)
+
+    # ------------------------------------------------------- healing a split (dht.healing)
+    def _bury(self, peer: Peer, now: float) -> None:
+        """``peer`` was declared failed (not: it left): ask it again later, if healing is on."""
+        if self._graveyard is not None:
+            self._graveyard.bury(peer, now)
+
+    def _forget_failed(self, ident: int) -> None:
+        """``ident`` left on purpose: it rejoins by itself, so it is not asked again."""
+        if self._graveyard is not None:
+            self._graveyard.revive(ident)
+
+    def _revived(self, ident: int) -> bool:
+        """``ident`` spoke to us: if it was declared failed, it is back (the split it was
+        behind has healed) and no longer asked; whether it was."""
+        g = self._graveyard
+        if g is None or ident not in g:
+            return False
+        g.revive(ident)
+        self.stats.healed += 1
+        return True
+
+    def _heal(self, now: float) -> None:
+        """Now and then, ping one peer declared failed (``dht.healing``): if it is alive, its
+        answer and our ping put each of us back in the other's tables."""
+        g = self._graveyard
+        if g is None or not g.due(now):
+            return
+        e2e = self._e2e
+        peer = g.next(now, None if e2e is None else lambda i: e2e.quarantined(i, now))
+        if peer is not None:
+            self.stats.heal_pings += 1
+            self._out.append((peer.addr, Ping(self.me.handle)))
 
     def _quarantined(self, ident: int, now: float) -> bool:
         """Whether ``ident`` was demoted and is kept out of the tables for now."""

@@ -61,6 +61,7 @@ from kademlia.routing import KBucket
 
 from rangecast.dht.core import T_ACK, Application, DhtCore, NodeStats, Proximity, State
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.healing import HEAL_KEEP_S, HEAL_PEERS, check_heal_config
 from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
 from rangecast.dht.locality import spread
 from rangecast.dht.messages import Direct, FindNode, FoundNodes, HopAck, Leave, Ping, Pong, Route
@@ -101,8 +102,15 @@ class KademliaConfig:
     root_cache: int = ROOT_CACHE
     #: A cached root is trusted this long (simulated or real seconds) after its lookup.
     root_cache_ttl_s: float = math.inf
+    #: Healing a split (``dht.healing``): every ``heal_s`` ping one of the last ``heal_peers``
+    #: contacts declared failed (each asked for ``heal_keep_s``). Off in the simulator (its
+    #: figures predate it); real peers turn it on.
+    heal_s: float = math.inf
+    heal_peers: int = HEAL_PEERS
+    heal_keep_s: float = HEAL_KEEP_S
 
     def __post_init__(self) -> None:
+        check_heal_config(self.heal_s, self.heal_peers, self.heal_keep_s)
         if self.k < 1 or self.alpha < 1 or self.siblings < 1:
             raise LocalProtocolError("k, alpha and siblings must be >= 1")
         if self.lookup not in LOOKUP_MODES:
@@ -685,6 +693,8 @@ class KademliaNode(DhtCore):
             self._last_heard = {i: t for i, t in heard.items() if i in keep}
         if self._dead:
             self._dead = {i: t for i, t in self._dead.items() if t > now}
+        if self._graveyard is not None:
+            self._heal(now)
         self._timers.push(now + self.cfg.keepalive_s, _T_KEEPALIVE)
 
     def _on_ping(self, msg: Ping, src: bytes, now: float) -> None:
@@ -696,7 +706,9 @@ class KademliaNode(DhtCore):
         self._learn(self._sender(msg.sender, src), now)
 
     def _on_leave(self, msg: Leave, src: bytes, now: float) -> None:
-        self._peer_failed(self._sender(msg.sender, src), now)
+        peer = self._sender(msg.sender, src)
+        self._peer_failed(peer, now)
+        self._forget_failed(peer.id)
 
     def _sender(self, handle: Any, src: bytes) -> Peer:
         peer = Peer.from_handle(self.space, handle)
@@ -714,6 +726,10 @@ class KademliaNode(DhtCore):
         table = self.table
         was = ident in table
         table.add(peer)
+        if self._graveyard is not None and self._revived(ident) and self.state is State.READY:
+            # Back from the other side of a split: look up our own id (from a table that has
+            # it again), whose answers now come from both sides (``dht.healing``).
+            self._repair_neighbourhood(now)
         if was or ident not in table:
             return
         sib = self._siblings
@@ -739,6 +755,7 @@ class KademliaNode(DhtCore):
         if not self.table.remove(ident):
             return
         self.stats.peers_failed += 1
+        self._bury(peer, now)
         was_sibling = any(p.id == ident for p in self._siblings)
         if was_sibling:
             self._siblings = self.table.closest(self.me.id, self.cfg.siblings)

@@ -48,6 +48,7 @@ from typing import Any
 
 from rangecast.dht.core import T_ACK, T_E2E, Application, DhtCore, NodeStats, Proximity, State
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.healing import HEAL_KEEP_S, HEAL_PEERS, check_heal_config
 from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
 from rangecast.dht.locality import spread
 from rangecast.dht.messages import (
@@ -104,8 +105,15 @@ class PastryConfig:
     e2e_rtt_s: float = 0.25
     demote_after: int = 3
     quarantine_s: float = 600.0
+    #: Healing a split (``dht.healing``): every ``heal_s`` ping one of the last ``heal_peers``
+    #: peers declared failed (each asked for ``heal_keep_s``). Off in the simulator (its
+    #: figures predate it); real peers turn it on.
+    heal_s: float = math.inf
+    heal_peers: int = HEAL_PEERS
+    heal_keep_s: float = HEAL_KEEP_S
 
     def __post_init__(self) -> None:
+        check_heal_config(self.heal_s, self.heal_peers, self.heal_keep_s)
         if self.leaf_set_size < 2 or self.leaf_set_size % 2:
             raise LocalProtocolError(f"leaf_set_size {self.leaf_set_size} must be even and >= 2")
         if self.keepalive_s <= 0 or (
@@ -443,6 +451,8 @@ class PastryNode(DhtCore):
         if self._probing:
             horizon = now - fail_after
             self._probing = {i: t for i, t in self._probing.items() if t > horizon}
+        if self._graveyard is not None:
+            self._heal(now)
         self._timers.push(now + self.cfg.keepalive_s, _T_KEEPALIVE)
 
     def _on_ping(self, msg: Ping, src: bytes, now: float) -> None:
@@ -480,6 +490,7 @@ class PastryNode(DhtCore):
         if peer.addr != src:
             raise RemoteProtocolError("Leave for another node's address")
         self._peer_failed(peer, now)
+        self._forget_failed(peer.id)
 
     def _learn(self, peer: Peer, now: float, direct: bool) -> None:
         """Consider ``peer`` for the leaf set and routing table. ``direct``: it spoke to us
@@ -491,6 +502,10 @@ class PastryNode(DhtCore):
             return  # demoted (``dht.e2e``): not even its own word brings it back yet
         if direct:
             self._dead.pop(ident, None)
+            if self._graveyard is not None and self._revived(ident) and self.state is State.READY:
+                # Back from the other side of a split: learn its neighbours, some of which
+                # belong in our leaf set now (``dht.healing``).
+                self._out.append((peer.addr, LeafSetRequest(self.me.handle)))
         elif ident in self._dead:
             return
         leaves = self.leaves
@@ -532,6 +547,7 @@ class PastryNode(DhtCore):
         if slot is None and not was_leaf:
             return
         self.stats.peers_failed += 1
+        self._bury(peer, now)
         if slot is not None:
             self._repair_slot(*slot)
         if was_leaf:

@@ -42,13 +42,14 @@ import os
 import random
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
 
 from rangecast.dht.errors import LocalProtocolError, RangecastError, RemoteProtocolError, WireError
+from rangecast.dht.healing import HEAL_S
 from rangecast.dht.kademlia import KademliaConfig, KademliaNode
 from rangecast.dht.messages import Direct, HopAck, Route, RouteDone
 from rangecast.dht.node import PastryConfig, State
@@ -116,9 +117,10 @@ _OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errn
 #: Real networks are slower and burstier than the simulator's model: a hop ack that misses its
 #: deadline declares the next hop dead for ``dead_ttl_s``, so the floor is generous. Routed
 #: messages are acknowledged end to end (``dht.e2e``): a peer that acks hops and drops them is
-#: routed around and demoted.
-RUNTIME_PASTRY = PastryConfig(ack_floor_s=2.0, ack_rtt_factor=4.0, e2e_acks=True)
-RUNTIME_KADEMLIA = KademliaConfig(ack_floor_s=2.0, ack_rtt_factor=4.0)
+#: routed around and demoted. Peers declared failed are asked again every ``HEAL_S``
+#: (``dht.healing``), so a swarm split by a network partition merges when the network heals.
+RUNTIME_PASTRY = PastryConfig(ack_floor_s=2.0, ack_rtt_factor=4.0, e2e_acks=True, heal_s=HEAL_S)
+RUNTIME_KADEMLIA = KademliaConfig(ack_floor_s=2.0, ack_rtt_factor=4.0, heal_s=HEAL_S)
 #: Real peers expire stored pieces no live subscriber refreshed for three refresh periods: a
 #: whole entry peer that vanished stops costing the swarm (a disconnected client's
 #: subscriptions are removed at its entry peer at once). The simulator keeps expiry off.
@@ -267,12 +269,17 @@ def tuned(cfg: PeerConfig, spec: str) -> PeerConfig:
 
 
 class _Fault:
-    """``RANGECAST_TEST_FAULT``: which message to fail (see ``FAULT_ENV``)."""
+    """``RANGECAST_TEST_FAULT``: which message to fail (see ``FAULT_ENV``); or, for a peer in a
+    test's process (``PeerRuntime.cut_off``), the peers whose messages are lost (a partition)."""
 
-    __slots__ = ("drop_all", "kind", "left")
+    __slots__ = ("cut", "drop_all", "kind", "left")
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, cut: frozenset[bytes] = frozenset()) -> None:
+        self.cut = cut
         self.drop_all = spec == DROP_ALL
+        if cut:
+            self.kind, self.left = "cut", 0
+            return
         if self.drop_all:
             self.kind, self.left = spec, 0
             return
@@ -1166,6 +1173,9 @@ class PeerRuntime:
         assert self.core is not None
         try:
             if self._fault is not None:
+                if src in self._fault.cut:
+                    self.fault_dropped += 1
+                    return
                 if self._fault.drop_all and isinstance(msg, (Route, Direct)):
                     if isinstance(msg, Route):
                         self._send(src, HopAck(msg.uid))  # "received", and then dropped
@@ -1185,6 +1195,12 @@ class PeerRuntime:
     def set_fault(self, spec: str | None) -> None:
         """Test-only: what ``RANGECAST_TEST_FAULT`` sets, for a peer in a test's process."""
         self._fault = _Fault(spec) if spec else None
+
+    def cut_off(self, peers: Iterable[bytes]) -> None:
+        """Test-only: lose every message these peers' addresses send us (they still connect
+        and handshake, as across a partition that drops only the traffic); none: heal."""
+        cut = frozenset(peers)
+        self._fault = _Fault("cut", cut) if cut else None
 
     def _proved(self, addr: bytes) -> None:
         """``addr`` signed a message or answered our handshake: it is there, whatever an
@@ -1350,6 +1366,7 @@ class PeerRuntime:
                 "peers_failed": dht.stats.peers_failed,
                 "dropped": dict(sorted(dht.stats.by_reason.items())),
                 "end_to_end": _e2e_status(dht),
+                "healing": _healing_status(dht),
             },
             "overlay": {
                 "stored": ostats.stored,
@@ -1392,6 +1409,19 @@ def _e2e_status(dht: DhtNode) -> dict[str, Any] | None:
         "quarantined": sorted(i.to_bytes(dht.space.nbytes).hex() for i in e2e.quarantine),
         "quarantine_refused": st.quarantine_refused,
         "in_flight": len(e2e.tracks),
+    }
+
+
+def _healing_status(dht: DhtNode) -> dict[str, int] | None:
+    """``dht.healing`` of the status: peers declared failed that are asked again now and then
+    (``dht.healing``), pings sent to them, and those heard from again; None where off."""
+    graveyard = dht.healing
+    if graveyard is None:
+        return None
+    return {
+        "remembered": len(graveyard),
+        "pings": dht.stats.heal_pings,
+        "healed": dht.stats.healed,
     }
 
 

@@ -16,9 +16,10 @@ each on the network, and (re)arms the node's single timer from ``core.get_timer(
 
 The network charges each message its real encoded size (the codec the driver gives the engine, the
 one the run's stack speaks, encodes the same bytes the runtime sends), delays
-it by the latency model's one-way delay, optionally drops it (``loss``) and, when per-host uplink
-capacities are set, serialises it behind the host's earlier messages (FIFO), so that large
-transfers queue as they would on a real access link. Messages to a crashed node vanish, as on a
+it by the latency model's one-way delay, optionally drops it (random ``loss``, or the ``drop``
+hook: a partition, a cut link) and, when per-host uplink capacities are set, serialises it
+behind the host's earlier messages (FIFO), so that large transfers queue as they would on a
+real access link. Messages to a crashed node vanish, as on a
 real network.
 """
 
@@ -172,6 +173,7 @@ class Simulator:
         self._on_events: Callable[[int, list[Any]], None] | None = None
         self._take_events: list[Callable[[], list[Any]] | None] = []
         self._message_log: Callable[[float, int, int, str, int, Any, bool], None] | None = None
+        self._drop: Callable[[int, int, Any], bool] | None = None
 
     @property
     def on_events(self) -> Callable[[int, list[Any]], None] | None:
@@ -195,6 +197,19 @@ class Simulator:
         self, hook: Callable[[float, int, int, str, int, Any, bool], None] | None
     ) -> None:
         self._message_log = hook
+        self._flush_fn = None
+
+    @property
+    def drop(self) -> Callable[[int, int, Any], bool] | None:
+        """Fault-injection hook: (sender index, destination index, message) -> whether the
+        network loses it (a partition, a cut link, a selective drop); charged as sent and
+        counted as lost, as random ``loss`` is. None (the default) costs nothing per message.
+        After random loss: a run with a hook that drops nothing draws the same numbers."""
+        return self._drop
+
+    @drop.setter
+    def drop(self, hook: Callable[[int, int, Any], bool] | None) -> None:
+        self._drop = hook
         self._flush_fn = None
 
     # ----------------------------------------------------------------------------- topology
@@ -349,6 +364,9 @@ class Simulator:
         uplink_free = self._uplink_free
         loss = self.loss
         rand = self._rng.random
+        drop = self._drop
+        # One test per message for both kinds of loss, as there was for random loss alone.
+        lossy = bool(loss) or drop is not None
         log = self._message_log
         take_events = self._take_events
         on_events = self._on_events
@@ -384,7 +402,9 @@ class Simulator:
                     if uplink is not None and uplink[i] != _INF:
                         depart = max(now, uplink_free[i]) + size * 8.0 / uplink[i]
                         uplink_free[i] = depart
-                    if loss and rand() < loss:
+                    if lossy and (
+                        (loss and rand() < loss) or (drop is not None and drop(i, dst, msg))
+                    ):
                         stats.lost += 1
                         if log is not None:
                             log(now, i, dst, tc.name, size, msg, True)

@@ -33,6 +33,8 @@ class DroppingCore:
         self.core = core
         self.acks: list[tuple[bytes, Message]] = []
         self.dropped = 0
+        #: Of those, routed messages (only these are acknowledged end to end).
+        self.dropped_routed = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.core, name)
@@ -41,6 +43,7 @@ class DroppingCore:
         if isinstance(msg, (Route, Direct)):
             if isinstance(msg, Route):
                 self.acks.append((src, HopAck(msg.uid)))
+                self.dropped_routed += 1
             self.dropped += 1
             return
         self.core.receive(msg, src, now)
@@ -104,7 +107,9 @@ def test_installs_and_events_equal_the_oracle_with_a_dropper(
     for _ in range(2):  # while it is caught, then after
         net.check_deliveries(one_round(net, honest, workload, rng, active, 30, 30))
     stats = [net.net.nodes[i].stats for i in honest]
-    if dropping[0].dropped:
+    # A dropped ``Direct`` (a notification, a replica copy) is no one's loss to charge: it may
+    # be all the dropper got (n=19, seed=11884, dropper 13), and every delivery still exact.
+    if dropping[0].dropped_routed:
         assert sum(s.e2e_losses for s in stats) > 0
     for i in honest:
         e2e = net.net.nodes[i].end_to_end
