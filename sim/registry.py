@@ -11,6 +11,7 @@ from rangecast.sim.broker_experiment import BY_SYSTEM
 from rangecast.sim.churn_experiment import Churn
 from rangecast.sim.crash_root_experiment import CrashRoot
 from rangecast.sim.lbdd_experiment import Lbdd
+from rangecast.sim.partition_experiment import Partition
 from rangecast.sim.route_experiment import Route
 from rangecast.sim.scenario import Scenario
 from rangecast.sim.thesis_experiment import Thesis
@@ -21,6 +22,7 @@ _IN_HELP_ORDER: tuple[type[Scenario[Any, Any]], ...] = (
     Churn,
     Lbdd,
     CrashRoot,
+    Partition,
     *BY_SYSTEM.values(),
 )
 SCENARIOS: dict[str, type[Scenario[Any, Any]]] = {s.name: s for s in _IN_HELP_ORDER}

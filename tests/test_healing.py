@@ -8,7 +8,10 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import subprocess
+import sys
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -27,6 +30,7 @@ from rangecast.pubsub.subscription import Subscription
 from rangecast.sim.engine import Simulator
 from rangecast.sim.latency import SyntheticLatency
 from rangecast.sim.network import SimNetwork
+from rangecast.sim.partition_experiment import Partition, PartitionParams
 from rangecast.sim.streams import stream
 from rangecast.sim.workload import THESIS_WORKLOAD, Workload
 from rangecast.testkit.simnet import Key, Published, SimOverlay, brute_force
@@ -229,3 +233,30 @@ def test_after_a_healed_split_every_event_reaches_every_match_once(dht: str) -> 
     net.run_for(30.0)
     assert sum(len(e.expected) for e in events) > 0
     net.check_deliveries(events)
+
+
+# ------------------------------------------------------------- rangecast sim run partition
+
+
+@pytest.mark.parametrize("dht", sorted(CONFIGS))
+def test_the_partition_scenario_merges_with_healing_and_not_without(dht: str) -> None:
+    small = PartitionParams(
+        dht=dht, nodes=40, subs_per_node=1.0, events=60, split_s=30.0, heal_s=5.0, after_s=60.0
+    )
+    healed = Partition().run(small)
+    assert healed.unconverged_at_heal > 0 and healed.unconverged == 0
+    assert healed.merged_after_s is not None and healed.heal_pings > 0
+    assert healed.verdict.expected_deliveries > 0 and healed.succeeded()
+    apart = Partition().run(replace(small, heal=False))
+    assert apart.unconverged > 0 and apart.merged_after_s is None and apart.heal_pings == 0
+    assert not apart.succeeded()
+
+
+def test_the_partition_scenario_is_a_command_and_refuses_bad_input() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "rangecast.cli.main", "sim", "run", "partition", "--side", "1.5"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--side" in out.stderr
