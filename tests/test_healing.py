@@ -260,3 +260,12 @@ def test_the_partition_scenario_is_a_command_and_refuses_bad_input() -> None:
         check=False,
     )
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--side" in out.stderr
+
+
+def test_the_partition_sweep_plan_is_shipped() -> None:
+    from rangecast.analysis.sweep.plan import load_plan
+
+    plan = load_plan("partition")
+    assert len(plan.runs) == 2 * 2 * 3 * 5 and {r.scenario for r in plan.runs} == {"partition"}
+    combos = {(r.params.dht, r.params.heal, r.params.split_s) for r in plan.runs}
+    assert len(combos) == 12 and all(r.params.nodes == 200 for r in plan.runs)

@@ -10,6 +10,7 @@ from dataclasses import replace
 import trio
 from runtime_harness import oracle_round
 
+from rangecast.cli.peer import _format_status
 from rangecast.runtime.inprocess import leaf_sets_converged, start_local_swarm
 from rangecast.runtime.peer import RUNTIME_PASTRY, PeerConfig, PeerRuntime
 
@@ -67,6 +68,7 @@ def test_a_swarm_split_by_a_partition_merges_when_it_heals() -> None:
             await _until(lambda: leaf_sets_converged(peers))
             report["healed"] = sum(p.dht.stats.healed for p in peers)
             report["status"] = peers[0].status()["dht"]["healing"]
+            report["text"] = _format_status(peers[0].status())
             # Subscribers on both sides, publishers on both sides.
             subs, pubs = (_port(a[0]), _port(b[1])), (_port(b[2]), _port(a[3]))
             report["round"] = await oracle_round(subs, pubs, 231, n_subs=30, n_events=60)
@@ -79,3 +81,6 @@ def test_a_swarm_split_by_a_partition_merges_when_it_heals() -> None:
     assert isinstance(report["healed"], int) and report["healed"] > 0
     status = report["status"]
     assert isinstance(status, dict) and set(status) == {"remembered", "pings", "healed"}
+    # ``peer status`` without --json: one line.
+    line = next(t for t in str(report["text"]).splitlines() if t.startswith("healing"))
+    assert f"{status['pings']} asked, {status['healed']} back" in line
