@@ -93,7 +93,8 @@ class Graveyard:
 
     def next(self, now: float, skip: Callable[[int], bool] | None = None) -> Peer | None:
         """The peer to ask now (it goes to the back of the queue), forgetting those buried
-        longer than ``keep_s``; None if none is left. ``skip``: ids not to ask now."""
+        longer than ``keep_s``; None if none is left. ``skip(id)``: not this one now (it keeps
+        its turn at the back)."""
         self.next_at = now + self.every_s
         buried = self._buried
         for ident in list(buried):

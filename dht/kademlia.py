@@ -693,8 +693,7 @@ class KademliaNode(DhtCore):
             self._last_heard = {i: t for i, t in heard.items() if i in keep}
         if self._dead:
             self._dead = {i: t for i, t in self._dead.items() if t > now}
-        if self._graveyard is not None:
-            self._heal(now)
+        self._heal(now)
         self._timers.push(now + self.cfg.keepalive_s, _T_KEEPALIVE)
 
     def _on_ping(self, msg: Ping, src: bytes, now: float) -> None:

@@ -451,8 +451,7 @@ class PastryNode(DhtCore):
         if self._probing:
             horizon = now - fail_after
             self._probing = {i: t for i, t in self._probing.items() if t > horizon}
-        if self._graveyard is not None:
-            self._heal(now)
+        self._heal(now)
         self._timers.push(now + self.cfg.keepalive_s, _T_KEEPALIVE)
 
     def _on_ping(self, msg: Ping, src: bytes, now: float) -> None:

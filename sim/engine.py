@@ -19,8 +19,7 @@ one the run's stack speaks, encodes the same bytes the runtime sends), delays
 it by the latency model's one-way delay, optionally drops it (random ``loss``, or the ``drop``
 hook: a partition, a cut link) and, when per-host uplink capacities are set, serialises it
 behind the host's earlier messages (FIFO), so that large transfers queue as they would on a
-real access link. Messages to a crashed node vanish, as on a
-real network.
+real access link. Messages to a crashed node vanish, as on a real network.
 """
 
 from __future__ import annotations
