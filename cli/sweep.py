@@ -28,6 +28,7 @@ def _sweep_cmd(args: argparse.Namespace) -> int:
         report=not args.no_report,
         quiet=args.quiet,
         force=args.force,
+        resume=args.resume,
     )
 
     def summary() -> str:
@@ -74,6 +75,12 @@ def add_sweep_parser(sims: argparse._SubParsersAction) -> None:  # type: ignore[
     )
     p.add_argument(
         "--force", action="store_true", help="write into a non-empty DIR (replacing its runs)"
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted sweep in DIR: keep the runs it finished with this commit "
+        "and the same parameters (a checkout with uncommitted changes reuses none), run the rest",
     )
     p.add_argument(
         "--jobs",

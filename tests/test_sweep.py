@@ -277,6 +277,59 @@ def test_same_plan_same_table(smoke: Any, tmp_path: Path) -> None:
     assert _without_wall(again.rows) == _without_wall(smoke.rows)
 
 
+def _stamp_logs(out: Path, commit: str) -> None:
+    """Mark every run log in ``out`` as made by ``commit`` (as a clean checkout's would be)."""
+    for path in (out / "runs").glob("*/run.json"):
+        doc = json.loads(path.read_text())
+        doc["commit"] = commit
+        path.write_text(json.dumps(doc))
+
+
+def test_resume_keeps_finished_runs_and_runs_the_rest(
+    smoke: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    import rangecast.analysis.sweep.command as command
+
+    out = tmp_path / "resumed"
+    shutil.copytree(smoke.out, out)
+    _stamp_logs(out, "c0ffee")
+    monkeypatch.setattr(command, "source_commit", lambda: "c0ffee")
+    # An interrupted sweep: one run never wrote its run.json (written last), one was made with
+    # other parameters.
+    (out / smoke.rows[1]["run_dir"] / "run.json").unlink()
+    other = out / smoke.rows[2]["run_dir"] / "run.json"
+    doc = json.loads(other.read_text())
+    doc["params"]["events"] = 199
+    other.write_text(json.dumps(doc))
+    with pytest.raises(Exception, match="--resume"):
+        run_sweep(load_plan("smoke"), out, jobs=1, quiet=True)  # not empty: refused
+    reused = command.finished_runs(load_plan("smoke"), out)
+    assert sorted(reused) == [0, 3]
+    again = run_sweep(load_plan("smoke"), out, jobs=1, quiet=True, resume=True)
+    assert again.ok
+    assert _without_wall(again.rows) == _without_wall(smoke.rows)
+
+
+def test_resume_trusts_only_a_clean_commit_and_a_complete_log(smoke: Any, tmp_path: Path) -> None:
+    import shutil
+
+    from rangecast.analysis.sweep.runs import reusable
+
+    out = tmp_path / "logs"
+    shutil.copytree(smoke.out, out)
+    _stamp_logs(out, "c0ffee")
+    spec = load_plan("smoke").runs[0]
+    assert reusable(spec, out, "c0ffee") is not None
+    assert reusable(spec, out, "c0ffee+dirty") is None  # uncommitted code: any code
+    assert reusable(spec, out, None) is None  # not a checkout
+    assert reusable(spec, out, "beef") is None  # other code
+    path = out / smoke.rows[0]["run_dir"] / "run.json"
+    path.write_text(path.read_text()[:100])  # damaged
+    assert reusable(spec, out, "c0ffee") is None
+
+
 def test_failing_run_is_reported_and_others_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -15,10 +15,11 @@ from typing import Any
 
 import rangecast.analysis.sweep.table as table
 from rangecast.analysis.sweep.plan import THESIS, Plan
-from rangecast.analysis.sweep.runs import Progress, run_dir, run_local
+from rangecast.analysis.sweep.runs import Progress, reusable, run_dir, run_local
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.sim.broker_experiment import SYSTEMS
 from rangecast.sim.outputs import ensure_writable_dir
+from rangecast.sim.runlog import source_commit
 
 DEFAULT_MASTER = "local[2]"
 
@@ -46,14 +47,14 @@ class SweepResult:
 REPORTED = (THESIS, *SYSTEMS)
 
 
-def prepare_out(out: Path, force: bool) -> None:
-    """Create the sweep directory; refuse one holding anything unless ``force``."""
+def prepare_out(out: Path, force: bool, resume: bool = False) -> None:
+    """Create the sweep directory; refuse one holding anything unless ``force`` or ``resume``."""
     if out.exists() and not out.is_dir():
         raise LocalProtocolError(f"--out {out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
+    if out.is_dir() and any(out.iterdir()) and not (force or resume):
         raise LocalProtocolError(
-            f"--out {out}: directory is not empty (an earlier sweep?); use --force to replace "
-            "the files of the runs this plan makes"
+            f"--out {out}: directory is not empty (an earlier sweep?); use --resume to keep its "
+            "finished runs, or --force to replace the files of the runs this plan makes"
         )
     try:
         ensure_writable_dir(out / "runs")
@@ -73,17 +74,27 @@ def run_sweep(
     report: bool = True,
     quiet: bool = False,
     force: bool = False,
+    resume: bool = False,
     progress: Progress | None = None,
 ) -> SweepResult:
     """Run ``plan`` into ``out``: run logs in ``out/runs/``, the table, and (Spark) the report.
     ``progress``: where progress goes (a caller's own, e.g. with an ETA over more than this
-    sweep); by default a ``Progress`` on stderr, silent when ``quiet``."""
+    sweep); by default a ``Progress`` on stderr, silent when ``quiet``. ``resume``: keep the
+    runs an earlier, interrupted sweep into ``out`` finished with the same code and parameters
+    (``runs.reusable``) and run only the others."""
     if jobs < 1:
         raise LocalProtocolError("--jobs must be at least 1")
-    prepare_out(out, force)
-    progress = progress or Progress(len(plan.runs), quiet)
+    prepare_out(out, force, resume)
+    reused = finished_runs(plan, out) if resume else {}
+    todo = [spec for spec in plan.runs if spec.index not in reused]
+    progress = progress or Progress(len(todo), quiet)
     where = f"Spark ({master})" if spark else f"{jobs} local process{'es' if jobs > 1 else ''}"
     progress.say(f"plan {plan.name} ({plan.source}): {len(plan.runs)} runs on {where}, into {out}")
+    if resume:
+        progress.say(
+            f"resuming: {len(reused)} of {len(plan.runs)} runs already finished in {out} with this "
+            f"code and these parameters; {len(todo)} to run"
+        )
     wall0 = time.perf_counter()
     session = owned_session = None
     report_problem: str | None = None
@@ -96,9 +107,10 @@ def run_sweep(
             owned = active_session() is None
             session = spark_session(master)
             owned_session = session if owned else None
-            outcomes = run_spark(session, plan.runs, out, progress)
+            outcomes = run_spark(session, todo, out, progress) if todo else {}
         else:
-            outcomes = run_local(plan.runs, out, jobs, progress)
+            outcomes = run_local(todo, out, jobs, progress)
+        outcomes.update(reused)
         rows = table.build_rows(plan, outcomes)
         failures = [
             {
@@ -175,6 +187,17 @@ def run_sweep(
         report_problem,
         report_note,
     )
+
+
+def finished_runs(plan: Plan, out: Path) -> dict[int, dict[str, Any]]:
+    """The runs of ``plan`` that an earlier sweep into ``out`` finished with this code and the
+    same parameters, as outcomes by run index (``runs.reusable``)."""
+    commit = source_commit()
+    return {
+        spec.index: outcome
+        for spec in plan.runs
+        if (outcome := reusable(spec, out, commit)) is not None
+    }
 
 
 def _build_report(

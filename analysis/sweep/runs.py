@@ -10,6 +10,7 @@ reported as failed from its exit code while the others go on.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -97,6 +98,44 @@ def recover(spec: RunSpec, out: Path | str, since: float, error: str) -> dict[st
     except (OSError, ValueError, KeyError):
         pass
     return failed(spec, error)
+
+
+def reusable(spec: RunSpec, out: Path | str, commit: str | None) -> dict[str, Any] | None:
+    """The outcome of ``spec`` from a run log an earlier sweep left in ``out``, or None.
+
+    A log is reused only when it is complete (``run.json`` is written last), was made by the
+    same code (``commit``, which must be a clean checkout's: a ``+dirty`` tree may have been any
+    code) and with the same parameters (every parameter the plan sets, compared after a JSON
+    round trip, as the log stores them). Anything else is run again: a resumed sweep gives the
+    table a fresh one would.
+    """
+    if commit is None or commit.endswith("+dirty"):
+        return None
+    try:
+        doc = json.loads((run_dir(out, spec) / "run.json").read_text())
+        logged = doc["params"]
+        summary = doc["summary"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if doc.get("commit") != commit or not isinstance(logged, dict):
+        return None
+    # Every parameter of the run, defaults included, as the log stores them (JSON values).
+    wanted = json.loads(json.dumps(dataclasses.asdict(spec.params), default=str))
+    if any(logged.get(k, _MISSING) != v for k, v in wanted.items()):
+        return None
+    if logged.get("scenario", spec.scenario) != spec.scenario:
+        return None
+    return {
+        "index": spec.index,
+        "run_id": spec.run_id,
+        "status": "ok",
+        "summary": summary,
+        "wall_s": summary.get("wall_s") if isinstance(summary, dict) else None,
+        "reused": True,
+    }
+
+
+_MISSING = object()
 
 
 class Progress:
