@@ -79,8 +79,8 @@ def add_sweep_parser(sims: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument(
         "--resume",
         action="store_true",
-        help="continue an interrupted sweep in DIR: keep the runs it finished with this commit "
-        "and the same parameters (a checkout with uncommitted changes reuses none), run the rest",
+        help="continue an interrupted sweep in DIR: keep the runs it finished with the same "
+        "simulation code and parameters, run the rest",
     )
     p.add_argument(
         "--jobs",

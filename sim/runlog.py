@@ -13,6 +13,8 @@ check per message.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 import subprocess
@@ -389,6 +391,30 @@ def source_commit() -> str | None:
     return commit + ("+dirty" if dirty.stdout.strip() else "") if commit else None
 
 
+#: The packages whose files decide a simulation's results (the simulator's data files included).
+SIM_PACKAGES = ("dht", "multicast", "pubsub", "brokers", "sim")
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """A hash of every source and data file of ``SIM_PACKAGES``: two runs with the same
+    fingerprint, parameters and seed give the same results, whatever else changed (docs, tests,
+    the analysis layer, the commit). ``sim sweep --resume`` reuses a run log only under the same
+    fingerprint. Compiled modules are left out: compiled and interpreted runs agree bit for bit."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for package in SIM_PACKAGES:
+        for path in sorted((root / package).rglob("*")):
+            if (
+                path.is_file()
+                and "__pycache__" not in path.parts
+                and path.suffix not in (".so", ".pyc", ".pyd")
+            ):
+                digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:20]
+
+
 def write_run(out: Path, kind: str, params: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
     """``run.json``: written last, so its presence means the log is complete."""
     try:
@@ -401,6 +427,7 @@ def write_run(out: Path, kind: str, params: Mapping[str, Any], summary: Mapping[
         "kind": kind,
         "rangecast": rangecast,
         "commit": source_commit(),
+        "code": code_fingerprint(),
         "params": params,
         "summary": summary,
         "latency_model": summary.get("latency_model"),

@@ -3,6 +3,7 @@ executes them, a failing run is reported and the others kept."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -277,11 +278,11 @@ def test_same_plan_same_table(smoke: Any, tmp_path: Path) -> None:
     assert _without_wall(again.rows) == _without_wall(smoke.rows)
 
 
-def _stamp_logs(out: Path, commit: str) -> None:
-    """Mark every run log in ``out`` as made by ``commit`` (as a clean checkout's would be)."""
+def _stamp_logs(out: Path, code: str) -> None:
+    """Mark every run log in ``out`` as made by simulation code ``code``."""
     for path in (out / "runs").glob("*/run.json"):
         doc = json.loads(path.read_text())
-        doc["commit"] = commit
+        doc["code"] = code
         path.write_text(json.dumps(doc))
 
 
@@ -295,7 +296,7 @@ def test_resume_keeps_finished_runs_and_runs_the_rest(
     out = tmp_path / "resumed"
     shutil.copytree(smoke.out, out)
     _stamp_logs(out, "c0ffee")
-    monkeypatch.setattr(command, "source_commit", lambda: "c0ffee")
+    monkeypatch.setattr(command, "code_fingerprint", lambda: "c0ffee")
     # An interrupted sweep: one run never wrote its run.json (written last), one was made with
     # other parameters.
     (out / smoke.rows[1]["run_dir"] / "run.json").unlink()
@@ -312,7 +313,7 @@ def test_resume_keeps_finished_runs_and_runs_the_rest(
     assert _without_wall(again.rows) == _without_wall(smoke.rows)
 
 
-def test_resume_trusts_only_a_clean_commit_and_a_complete_log(smoke: Any, tmp_path: Path) -> None:
+def test_resume_trusts_only_the_same_code_and_a_complete_log(smoke: Any, tmp_path: Path) -> None:
     import shutil
 
     from rangecast.analysis.sweep.runs import reusable
@@ -322,9 +323,9 @@ def test_resume_trusts_only_a_clean_commit_and_a_complete_log(smoke: Any, tmp_pa
     _stamp_logs(out, "c0ffee")
     spec = load_plan("smoke").runs[0]
     assert reusable(spec, out, "c0ffee") is not None
-    assert reusable(spec, out, "c0ffee+dirty") is None  # uncommitted code: any code
-    assert reusable(spec, out, None) is None  # not a checkout
-    assert reusable(spec, out, "beef") is None  # other code
+    assert reusable(spec, out, "beef") is None  # other simulation code
+    other = dataclasses.replace(load_plan("smoke").runs[1], run_id=spec.run_id)
+    assert reusable(other, out, "c0ffee") is None  # a log of other parameters
     path = out / smoke.rows[0]["run_dir"] / "run.json"
     path.write_text(path.read_text()[:100])  # damaged
     assert reusable(spec, out, "c0ffee") is None

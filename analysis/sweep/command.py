@@ -19,7 +19,7 @@ from rangecast.analysis.sweep.runs import Progress, reusable, run_dir, run_local
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.sim.broker_experiment import SYSTEMS
 from rangecast.sim.outputs import ensure_writable_dir
-from rangecast.sim.runlog import source_commit
+from rangecast.sim.runlog import code_fingerprint
 
 DEFAULT_MASTER = "local[2]"
 
@@ -192,11 +192,11 @@ def run_sweep(
 def finished_runs(plan: Plan, out: Path) -> dict[int, dict[str, Any]]:
     """The runs of ``plan`` that an earlier sweep into ``out`` finished with this code and the
     same parameters, as outcomes by run index (``runs.reusable``)."""
-    commit = source_commit()
+    code = code_fingerprint()
     return {
         spec.index: outcome
         for spec in plan.runs
-        if (outcome := reusable(spec, out, commit)) is not None
+        if (outcome := reusable(spec, out, code)) is not None
     }
 
 

@@ -100,24 +100,22 @@ def recover(spec: RunSpec, out: Path | str, since: float, error: str) -> dict[st
     return failed(spec, error)
 
 
-def reusable(spec: RunSpec, out: Path | str, commit: str | None) -> dict[str, Any] | None:
+def reusable(spec: RunSpec, out: Path | str, code: str) -> dict[str, Any] | None:
     """The outcome of ``spec`` from a run log an earlier sweep left in ``out``, or None.
 
     A log is reused only when it is complete (``run.json`` is written last), was made by the
-    same code (``commit``, which must be a clean checkout's: a ``+dirty`` tree may have been any
-    code) and with the same parameters (every parameter the plan sets, compared after a JSON
-    round trip, as the log stores them). Anything else is run again: a resumed sweep gives the
-    table a fresh one would.
+    same simulation code (``code``: ``sim.runlog.code_fingerprint``, a hash of the packages a
+    run executes, so a change to docs, tests or the analysis layer keeps the runs) and with the
+    same parameters (every field of the run's parameters, defaults included, compared as the log
+    stores them). Anything else is run again: a resumed sweep gives the table a fresh one would.
     """
-    if commit is None or commit.endswith("+dirty"):
-        return None
     try:
         doc = json.loads((run_dir(out, spec) / "run.json").read_text())
         logged = doc["params"]
         summary = doc["summary"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if doc.get("commit") != commit or not isinstance(logged, dict):
+    if doc.get("code") != code or not isinstance(logged, dict):
         return None
     # Every parameter of the run, defaults included, as the log stores them (JSON values).
     wanted = json.loads(json.dumps(dataclasses.asdict(spec.params), default=str))
