@@ -1,16 +1,21 @@
-"""LBDD acceptance sweeps: tree shape for N = 100..500, and the 256 MiB transfer against
-point-to-point.
+"""LBDD sweeps: tree shape for N = 100..500, the 256 MiB transfer against point-to-point, the
+acceptance run (16 MiB, seeds 1..7) and the rate and publisher load on our testbed model.
 
 Usage::
 
-    .venv/bin/python bench/lbdd_transfer.py                 # everything below
+    nice -n 5 .venv/bin/python bench/lbdd_transfer.py --jobs 1   # everything below
     .venv/bin/python bench/lbdd_transfer.py trees           # N = 100..500 x 20 seeds, both rules
     .venv/bin/python bench/lbdd_transfer.py transfer        # 11 subscribers, 256 MiB, 20 seeds
+    .venv/bin/python bench/lbdd_transfer.py acceptance      # 11 subscribers, 16 MiB, seeds 1..7
+    .venv/bin/python bench/lbdd_transfer.py testbed         # n = 1..11 x 5 seeds, f cap on/off
     .venv/bin/python bench/lbdd_transfer.py paper           # the paper's 12 LAN hosts
 
 ``trees`` runs the whole topic mode (DHT rendezvous, membership pushes, every node computing its
-tree from its own list, checked from outside) without data, once per rule. ``transfer`` runs
-``sim lbdd --data-bytes`` (LBDD, then the point-to-point baseline). Runs go to a process pool
+tree from its own list, checked from outside) without data, once per rule (the paper's, then our
+near-bucket variant). ``transfer`` runs ``sim lbdd --data-bytes`` (LBDD, then the point-to-point
+baseline) on 100 Mbit/s uplinks alone, once per rule. ``testbed`` runs the reproduction's
+``lbdd-rate`` and ``lbdd-rate-nocap`` parts (the same seeds, so the same values): uplinks U and a
+per-flow cap f (sim.lbdd_experiment.TESTBED_*), then without the cap. Runs go to a process pool
 (``--jobs``). Prints the tables and writes ``bench/results/lbdd_transfer.json``.
 """
 
@@ -57,7 +62,7 @@ def _hist(values: list[int]) -> str:
 def trees(sizes: list[int], seeds: int, jobs: int) -> dict[str, Any]:
     kws = [
         {"subscribers": n, "seed": s, "near_bucket": nb}
-        for nb in (True, False)
+        for nb in (False, True)
         for n in sizes
         for s in range(1, seeds + 1)
     ]
@@ -65,13 +70,13 @@ def trees(sizes: list[int], seeds: int, jobs: int) -> dict[str, Any]:
     results = _pool_map(jobs, kws)
     wall = time.perf_counter() - t0
     rows = []
-    for nb in (True, False):
+    for nb in (False, True):
         for n in sizes:
             rs = [r for r in results if r["subscribers"] == n and r["near_bucket"] == nb]
             depths = [r["depth"] for r in rs]
             rows.append(
                 {
-                    "rule": "near-bucket" if nb else "paper",
+                    "rule": "near (ours)" if nb else "paper",
                     "n": n,
                     "runs": len(rs),
                     "tree_valid": sum(r["tree_valid"] for r in rs),
@@ -109,17 +114,41 @@ def trees(sizes: list[int], seeds: int, jobs: int) -> dict[str, Any]:
     return {"seeds": seeds, "wall_s": wall, "rows": rows}
 
 
-def transfer(subscribers: int, data_bytes: int, seeds: int, jobs: int) -> dict[str, Any]:
+def transfer(
+    subscribers: int,
+    data_bytes: int,
+    seeds: int,
+    jobs: int,
+    near_bucket: bool = False,
+    defaults: bool = False,
+) -> dict[str, Any]:
+    """``defaults``: sim lbdd's defaults (the testbed model); else 100 Mbit/s uplinks alone."""
+    from rangecast.sim.lbdd_experiment import TESTBED_FLOW_MBPS, TESTBED_UPLINK_MBPS
+
+    link = {} if defaults else {"uplink_mbps": 100.0, "flow_mbps": 0.0}
     kws = [
-        {"subscribers": subscribers, "seed": s, "data_bytes": data_bytes}
+        {
+            "subscribers": subscribers,
+            "seed": s,
+            "data_bytes": data_bytes,
+            "near_bucket": near_bucket,
+            **link,
+        }
         for s in range(1, seeds + 1)
     ]
     t0 = time.perf_counter()
     results = _pool_map(jobs, kws)
     wall = time.perf_counter() - t0
+    rule = "our near-bucket variant" if near_bucket else "the paper's rule"
     print(
-        f"\nTransfer: {subscribers} subscribers, {data_bytes:,} bytes in 64 KiB slices, "
-        f"100 Mbit/s uplinks ({len(kws)} seeds, {wall:.0f} s wall with {jobs} jobs)"
+        f"\nTransfer, {rule}: {subscribers} subscribers, {data_bytes:,} bytes in 64 KiB slices, "
+        + (
+            f"the defaults (uplinks {TESTBED_UPLINK_MBPS:g} Mbit/s, flow cap "
+            f"{TESTBED_FLOW_MBPS:g} Mbit/s)"
+            if defaults
+            else "100 Mbit/s uplinks, no flow cap"
+        )
+        + f" ({len(kws)} seeds, {wall:.0f} s wall with {jobs} jobs)"
     )
     print(
         f"{'seed':>5}{'max out':>8}{'pub copies':>11}{'LBDD s':>9}{'ideal s':>9}{'p2p s':>9}"
@@ -166,11 +195,74 @@ def transfer(subscribers: int, data_bytes: int, seeds: int, jobs: int) -> dict[s
     return {
         "subscribers": subscribers,
         "data_bytes": data_bytes,
+        "near_bucket": near_bucket,
         "seeds": seeds,
         "rows": rows,
         "summary": summary,
         "wall_s": wall,
     }
+
+
+def testbed(ns: list[int], data_bytes: int, seeds: int, jobs: int) -> dict[str, Any]:
+    """Figs 2 and 3 on our testbed model, with the per-flow cap and without it."""
+    from rangecast.sim.lbdd_experiment import TESTBED_FLOW_MBPS, TESTBED_UPLINK_MBPS
+
+    caps = (TESTBED_FLOW_MBPS, 0.0)
+    kws = [
+        {
+            "subscribers": n,
+            "seed": s,
+            "data_bytes": data_bytes,
+            "uplink_mbps": TESTBED_UPLINK_MBPS,
+            "flow_mbps": f,
+        }
+        for f in caps
+        for n in ns
+        for s in range(1, seeds + 1)
+    ]
+    t0 = time.perf_counter()
+    results = _pool_map(jobs, kws)
+    wall = time.perf_counter() - t0
+    keys = (
+        "lbdd_rate_mbps",
+        "p2p_rate_mbps",
+        "lbdd_publisher_load",
+        "p2p_publisher_load",
+        "max_out_degree",
+        "publisher_copies",
+        "p2p_over_lbdd",
+    )
+    rows = []
+    print(
+        f"\nTestbed model: uplinks {TESTBED_UPLINK_MBPS:g} Mbit/s, {data_bytes:,} bytes, the "
+        f"paper's rule, {seeds} seeds per point ({len(kws)} runs, {wall:.0f} s wall)"
+    )
+    print(
+        f"{'flow cap':>9}{'n':>4}{'LBDD Mbit/s':>18}{'p2p Mbit/s':>12}{'LBDD load':>18}"
+        f"{'p2p load':>10}{'max out':>9}{'pub copies':>11}{'p2p/LBDD':>10}"
+    )
+    for f in caps:
+        for n in ns:
+            rs = [r for r in results if r["subscribers"] == n and r["flow_mbps"] == f]
+            row: dict[str, Any] = {"flow_mbps": f, "n": n, "runs": len(rs)}
+            for k in keys:
+                vals = [r[k] for r in rs]
+                row[k] = {"mean": statistics.fmean(vals), "min": min(vals), "max": max(vals)}
+            row["exactly_once"] = all(
+                r["all_bytes_exactly_once"] and r["p2p_all_bytes_exactly_once"] for r in rs
+            )
+            rows.append(row)
+            lr, ll = row["lbdd_rate_mbps"], row["lbdd_publisher_load"]
+            print(
+                f"{(f'{f:g}' if f else 'off'):>9}{n:>4}"
+                f"{lr['mean']:>7.1f} ({lr['min']:.1f}..{lr['max']:.1f})"
+                f"{row['p2p_rate_mbps']['mean']:>12.1f}"
+                f"{ll['mean']:>7.0%} ({ll['min']:.0%}..{ll['max']:.0%})"
+                f"{row['p2p_publisher_load']['mean']:>10.0%}"
+                f"{row['max_out_degree']['mean']:>9.1f}{row['publisher_copies']['mean']:>11.1f}"
+                f"{row['p2p_over_lbdd']['mean']:>10.2f}"
+            )
+    return {"data_bytes": data_bytes, "seeds": seeds, "wall_s": wall, "rows": rows}
 
 
 def paper() -> dict[str, Any]:
@@ -184,7 +276,7 @@ def paper() -> dict[str, Any]:
         for i, ch in enumerate(t.children):
             if ch:
                 edges[PAPER_SUBSCRIBERS[i]] = [PAPER_SUBSCRIBERS[c] for c in ch]
-        out["near-bucket" if nb else "paper"] = {
+        out["near (ours)" if nb else "paper"] = {
             "depth": t.depth,
             "out_degrees": deg,
             "max_out_degree": max(deg),
@@ -198,14 +290,21 @@ def paper() -> dict[str, Any]:
     print(
         f"  depth {r['depth']}, max out-degree {r['max_out_degree']}: ideal point-to-point/LBDD "
         f"= 11/{r['max_out_degree']} = {r['ideal_ratio']:.2f} (paper measured 7810/3020 = 2.59); "
-        f"same tree with the near-bucket merge: {out['near-bucket']['edges'] == r['edges']}"
+        f"same tree with our near-bucket variant: {out['near (ours)']['edges'] == r['edges']}"
     )
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", nargs="?", default="all", choices=("all", "trees", "transfer", "paper"))
+    ap.add_argument(
+        "what",
+        nargs="?",
+        default="all",
+        choices=("all", "trees", "transfer", "acceptance", "testbed", "paper"),
+    )
+    ap.add_argument("--rate-subscribers", type=int, nargs="*", default=list(range(1, 12)))
+    ap.add_argument("--rate-seeds", type=int, default=5)
     ap.add_argument("--sizes", type=int, nargs="*", default=[100, 200, 300, 400, 500])
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--subscribers", type=int, default=11)
@@ -220,6 +319,16 @@ def main() -> int:
         report["trees"] = trees(args.sizes, args.seeds, args.jobs)
     if args.what in ("all", "transfer"):
         report["transfer"] = transfer(args.subscribers, args.data_bytes, args.seeds, args.jobs)
+        report["transfer_near"] = transfer(
+            args.subscribers, args.data_bytes, args.seeds, args.jobs, near_bucket=True
+        )
+    if args.what in ("all", "acceptance"):
+        # The acceptance run: sim lbdd's defaults (the paper's rule on the testbed model).
+        report["acceptance"] = transfer(args.subscribers, 16 * 1024**2, 7, args.jobs, defaults=True)
+    if args.what in ("all", "testbed"):
+        report["testbed"] = testbed(
+            args.rate_subscribers, args.data_bytes, args.rate_seeds, args.jobs
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     old = json.loads(out.read_text()) if out.exists() else {}

@@ -12,10 +12,20 @@ from rangecast.dht.errors import LocalProtocolError
 
 
 def _reproduce_cmd(args: argparse.Namespace) -> int:
-    from rangecast.analysis.reproduce.command import reproduce
+    from rangecast.analysis.reproduce.command import _slots, dry_run, reproduce
+    from rangecast.analysis.reproduce.plans import FULL, QUICK
 
     if args.master and not args.spark:
         raise LocalProtocolError("--master needs --spark")
+    parts = [p for p in (args.parts or "").split(",") if p]
+    if args.parts is not None and not parts:
+        raise LocalProtocolError(f"--parts {args.parts!r}: name at least one part")
+    if args.dry_run:
+        # The plan and its estimated time only: nothing runs, nothing is written.
+        slots = _slots(args.master or DEFAULT_MASTER) if args.spark else 2
+        where = Path(args.out) if args.out and args.resume else None
+        print(dry_run(args.evaluation, QUICK if args.quick else FULL, slots, parts, where))
+        return 0
     out = Path(args.out) if args.out else Path("runs") / f"reproduce-{args.evaluation}"
     result = reproduce(
         args.evaluation,
@@ -25,6 +35,8 @@ def _reproduce_cmd(args: argparse.Namespace) -> int:
         master=args.master or DEFAULT_MASTER,
         force=args.force,
         quiet=args.quiet,
+        parts=parts,
+        resume=args.resume,
     )
     verdicts = ", ".join(f"{f['figure']} {f['verdict']}" for f in result.document["figures"])
     print(f"figures: {verdicts}")
@@ -56,7 +68,30 @@ def add_reproduce_parser(top: argparse._SubParsersAction) -> None:  # type: igno
     p.add_argument(
         "--out", metavar="DIR", help="where runs and the page go (default runs/reproduce-EVAL)"
     )
-    p.add_argument("--quick", action="store_true", help="small networks, two seeds: minutes")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny networks, two seeds: shows the chain works, not the papers' values",
+    )
     p.add_argument("--force", action="store_true", help="write into a non-empty DIR")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue in a non-empty DIR: keep the runs an earlier reproduction there finished "
+        "with the same simulation code and parameters, run the rest (with --dry-run: estimate "
+        "what is left)",
+    )
+    p.add_argument(
+        "--parts",
+        metavar="PART[,PART...]",
+        help="run only these parts of the plan (names as --dry-run lists them) and draw the "
+        "figures they allow; a later --resume of the whole plan into the same DIR keeps them",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (every run: part, scenario, nodes, seed, latency model, changed "
+        "parameters) and its estimated wall time; run nothing, write nothing",
+    )
     p.set_defaults(func=_reproduce_cmd)

@@ -15,7 +15,8 @@ share. Every receiver therefore has exactly one parent, in a strictly lower buck
 form a tree rooted at the source with no cycle, and the mean out-degree of a forwarding member
 is about 2. Each member computes the tree locally from the member list: no tree messages.
 
-``near_bucket`` (on by default) is our one departure from the paper's rule. Below bucket
+The paper's rule is the default. ``near_bucket`` (off by default) is our variant, a named
+departure from the paper's rule. Below bucket
 ``m0 = 33 - floor(log2 n)`` a bucket expects fewer than one of the ``n`` receivers, so each
 non-empty one adds a level of depth with out-degree 1: a store-and-forward hop that spreads no
 load. Those sparse buckets are merged into one (bucket ``m0 - 1``), which bounds the depth by
@@ -27,8 +28,8 @@ paper's rule one member of a small bucket may have to send a whole large next bu
 up to 24 in our sweeps), which sets the transfer's time. A bucket more than twice the size of
 its senders also draws senders from earlier buckets, then from the source, then from its own
 first members in rounds, within the depth bound (``_widened_pool``, ``_widened_shares``). This
-keeps the busiest member at 3 copies or fewer in nearly every draw. ``near_bucket=False`` gives
-the paper's rule exactly.
+keeps the busiest member at 3 copies or fewer in nearly every draw. ``near_bucket=False`` (the
+default) gives the paper's rule exactly.
 
 Ties (two receivers with the same digest) are broken by address so that every member computes
 the same tree; a receiver whose digest equals the source's counts as bucket 1.
@@ -108,7 +109,7 @@ class LbddTree:
 
 
 def build_tree(
-    source: bytes | str, members: Sequence[bytes | str], *, near_bucket: bool = True
+    source: bytes | str, members: Sequence[bytes | str], *, near_bucket: bool = False
 ) -> LbddTree:
     """The LBDD tree rooted at ``source`` over the receivers ``members`` (distinct addresses,
     the source not among them)."""

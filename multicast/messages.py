@@ -40,8 +40,8 @@ SliceCount = Annotated[int, msgspec.Meta(ge=1, le=MAX_SLICES)]
 Extra = Annotated[list[SliceIndex], msgspec.Meta(max_length=MAX_EXTRA)]
 
 #: Dissemination modes, carried by every slice so that every node builds the same tree.
-MODE_LBDD = 0  # LBDD tree with the near-bucket merge (Rangecast's default)
-MODE_LBDD_PAPER = 1  # LBDD tree, the paper's rule exactly
+MODE_LBDD = 0  # LBDD tree with our near-bucket merge and widening (our variant)
+MODE_LBDD_PAPER = 1  # LBDD tree, the paper's rule exactly (the default)
 MODE_STAR = 2  # point-to-point: the publisher sends to every member (the paper's baseline)
 MODES = (MODE_LBDD, MODE_LBDD_PAPER, MODE_STAR)
 

@@ -28,10 +28,10 @@ about the member's role (receiver or publisher only), which corrects a join that
 
 **Trees.** Every node computes the LBDD tree locally from its member list
 (``multicast.lbdd.build_tree``, rooted at the publication's publisher; ``Membership.tree``); the
-publication's mode, carried by every slice, says which rule (near-bucket merge, the paper's exact
-rule, or a star for the point-to-point baseline), so all nodes with the same list build the same
-tree. A new list is a *path update*: ``Members.on_members`` returns the previous list so that the
-core can let the publications recompute their parents and children
+publication's mode, carried by every slice, says which rule (the paper's exact rule, our
+near-bucket variant, or a star for the point-to-point baseline), so all nodes with the same list
+build the same tree. A new list is a *path update*: ``Members.on_members`` returns the previous
+list so that the core can let the publications recompute their parents and children
 (``Publications.view_changed``).
 
 ``Members`` holds both roles of a node, the member's (``Membership``, one per topic we are

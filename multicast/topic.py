@@ -54,7 +54,7 @@ from rangecast.multicast.flows import Sender
 from rangecast.multicast.messages import (
     MAX_SLICE_BYTES,
     MAX_SLICES,
-    MODE_LBDD,
+    MODE_LBDD_PAPER,
     MODES,
     MULTICAST_TABLE,
     TOPIC_MESSAGES,
@@ -222,7 +222,7 @@ class TopicNode(Application):
         self._pubs.drop_topic(topic, now)
         self._drain(now)
 
-    def publish(self, topic: str, data: bytes, now: float, *, mode: int = MODE_LBDD) -> int:
+    def publish(self, topic: str, data: bytes, now: float, *, mode: int = MODE_LBDD_PAPER) -> int:
         """Publish ``data`` on ``topic`` in ``slice_bytes`` slices; returns the publication id.
         A node that is not a member attaches as a publisher (it gets the member list but no
         data); the publication starts once it has the list."""
@@ -232,7 +232,7 @@ class TopicNode(Application):
         return self.publish_slices(topic, slices, now, mode=mode)
 
     def publish_slices(
-        self, topic: str, slices: Sequence[bytes], now: float, *, mode: int = MODE_LBDD
+        self, topic: str, slices: Sequence[bytes], now: float, *, mode: int = MODE_LBDD_PAPER
     ) -> int:
         """Publish data already cut into slices (no copy: the bytes objects are sent as they
         are). Every slice must be at most ``MAX_SLICE_BYTES``."""
@@ -276,7 +276,7 @@ class TopicNode(Application):
             raise LocalProtocolError(f"not the rendezvous of topic {topic!r}")
         return r.version, tuple(r.members)
 
-    def tree_view(self, topic: str, publisher: bytes, mode: int = MODE_LBDD) -> TreeView:
+    def tree_view(self, topic: str, publisher: bytes, mode: int = MODE_LBDD_PAPER) -> TreeView:
         """Our parent and children in the tree rooted at ``publisher``, from our own list."""
         m = self._members.topics.get(topic)
         if m is None:

@@ -71,6 +71,13 @@ class OverlayConfig:
     #: How probes travel: one ProbePub per target ("unicast", as the thesis' baseline) or
     #: grouped per next hop ("multicast", thesis 3.4.2).
     probe: str = "unicast"
+    #: How an internal tree node sends a probe on to the leaves its LeafNodeRoutingTable names:
+    #: as the publisher sends its probes ("probe": the thesis' Program 3.3 calls the same
+    #: sendoutProbPubMessage in both places), or one routed ProbePub each whatever ``probe``
+    #: says ("unicast": the other reading of the thesis, whose ProbePubMessage "is currently
+    #: sent by unicast instead of multicast", section 4.2.1). The two differ only under
+    #: ``probe = "multicast"``; docs/overlay.md measures both.
+    forward: str = "probe"
     #: How a leaf notifies matched subscribers: one EventDelivery each ("unicast"), grouped
     #: per next hop towards their ids ("multicast"), or down an LBDD tree in which
     #: subscribers relay ("lbdd").
@@ -113,6 +120,8 @@ class OverlayConfig:
             raise LocalProtocolError("cutoff must be in (4 * widen, 1]")
         if self.probe not in ("unicast", "multicast"):
             raise LocalProtocolError(f"probe must be 'unicast' or 'multicast', not {self.probe!r}")
+        if self.forward not in ("probe", "unicast"):
+            raise LocalProtocolError(f"forward must be 'probe' or 'unicast', not {self.forward!r}")
         if self.delivery not in ("unicast", "multicast", "lbdd"):
             raise LocalProtocolError(
                 f"delivery must be 'unicast', 'multicast' or 'lbdd', not {self.delivery!r}"
@@ -208,6 +217,8 @@ class NodeBase:
     # One part calls another through these; each is a method of one part (or, for the two
     # strategies, the bound method of the strategy object the node chose when it was built).
     _probe_out: Callable[[Event, list[ProbeTarget], int, float], None]
+    #: How an internal tree node sends probes on to its leaf table's leaves (``forward``).
+    _forward_out: Callable[[Event, list[ProbeTarget], int, float], None]
     _notify: Callable[[Event, dict[bytes, list[StoredSub]], float], None]
     _on_probe_sub: Callable[[ProbeSub, Handle | None, float], None]
     _on_probe_pub: Callable[[ProbePub, Handle | None, float], None]

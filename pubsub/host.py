@@ -223,7 +223,7 @@ class TreeHost(NodeBase):
                     leaf.attr, leaf.depth, leaf.path, inner.depth, inner.path, True, msg.jumps
                 )
             )
-        self._probe_out(event, targets, 0, now)
+        self._forward_out(event, targets, 0, now)
 
     # ----------------------------------------------------------- probes for a missing node
 

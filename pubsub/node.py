@@ -148,6 +148,11 @@ class PubSubNode(Subscriber, Publisher, TreeHost, Replication, Expiry, NodeBase,
         self._prober = make_prober(self.cfg.probe, self)
         self._notifier = make_notifier(self.cfg.delivery, self)
         self._probe_out = self._prober.out
+        self._forward_out = (
+            self._probe_out
+            if self.cfg.forward == "probe"
+            else make_prober(self.cfg.forward, self).out
+        )
         self._notify = self._notifier.notify
 
     # -------------------------------------------------------------------------------- outputs

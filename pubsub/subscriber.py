@@ -127,10 +127,17 @@ class Subscriber(NodeBase):
         lo, hi = rng_range.lo, rng_range.hi
         bounds = [(lo, hi)]
         if self.cfg.load_balancing:
-            # Pieces must stay below the cut-off line even after widening on both sides.
-            # A hair of margin absorbs floating-point rounding in y - x.
-            limit = self.cfg.cutoff * width - 2.0 * e_max - 1e-9 * width
-            if hi - lo > limit:
+            # Thesis 3.5: only a point above the cut-off line (y - x > c) is mapped to several
+            # points below it. Pieces must stay below the line even after widening on both
+            # sides, so their height h is drawn below ``limit``; a hair of margin absorbs
+            # floating-point rounding in y - x.
+            cut = self.cfg.cutoff * width
+            limit = cut - 2.0 * e_max - 1e-9 * width
+            if hi - lo <= cut:
+                # Below the line but within the widening of it: widen less, so that the point
+                # stays below the line, rather than cut it (the thesis cuts only points above).
+                e_max = min(e_max, max(0.0, (cut - 1e-9 * width - (hi - lo)) / 2.0))
+            else:
                 h = self.rng.uniform(limit / 2.0, limit)
                 cuts = [lo]
                 k = 1

@@ -19,7 +19,10 @@ one the run's stack speaks, encodes the same bytes the runtime sends), delays
 it by the latency model's one-way delay, optionally drops it (random ``loss``, or the ``drop``
 hook: a partition, a cut link) and, when per-host uplink capacities are set, serialises it
 behind the host's earlier messages (FIFO), so that large transfers queue as they would on a
-real access link. Messages to a crashed node vanish, as on a real network.
+real access link. A per-flow cap (``set_flow_cap``) also paces each sender -> receiver pair at
+a fixed rate, as one connection of an application that cannot fill the link on its own; a
+message leaves when both its host's FIFO and its flow allow. Messages to a crashed node vanish,
+as on a real network.
 """
 
 from __future__ import annotations
@@ -148,6 +151,10 @@ class Simulator:
         #: Per-host uplink capacity in bits/s (None: unlimited). See ``set_uplink``.
         self.uplink_bps: list[float] | None = None
         self._uplink_free: list[float] = []
+        #: Per-flow cap in bits/s (None: none). See ``set_flow_cap``.
+        self.flow_bps: float | None = None
+        #: When each (sender, receiver) pair's pacing lets its next message go.
+        self._flow_free: dict[tuple[int, int], float] = {}
         self._q: list[tuple[float, int, int, int, Any, Any]] = []
         #: Tie-breaker of the event queue: events at the same time run in the order scheduled.
         self._counter = itertools.count(1)
@@ -249,6 +256,20 @@ class Simulator:
             self.uplink_bps = [_INF] * len(self.cores)
             self._flush_fn = None
         self.uplink_bps[index] = bits_per_s
+
+    def set_flow_cap(self, bits_per_s: float | None) -> None:
+        """Pace every sender -> receiver pair at ``bits_per_s`` (None: no cap), on top of the
+        hosts' uplinks: a message of size s leaves when the host's FIFO has sent it (s / uplink
+        after the host's previous message) and its flow has had s / cap since the pair's
+        previous one. The uplink is charged when the message is queued, so other flows use the
+        capacity a paced flow leaves idle: a host sends min(uplink, flows x cap)."""
+        if bits_per_s is not None and bits_per_s <= 0:
+            raise LocalProtocolError("flow capacity must be positive")
+        self.flow_bps = bits_per_s
+        if self.uplink_bps is None:
+            self.uplink_bps = [_INF] * len(self.cores)
+        self._flow_free.clear()
+        self._flush_fn = None
 
     def crash(self, index: int) -> None:
         """The node stops dead: no more inputs, its messages in flight still arrive."""
@@ -361,6 +382,8 @@ class Simulator:
         seq = self._counter
         uplink = self.uplink_bps
         uplink_free = self._uplink_free
+        flow_bps = self.flow_bps
+        flow_free = self._flow_free
         loss = self.loss
         rand = self._rng.random
         drop = self._drop
@@ -398,9 +421,16 @@ class Simulator:
                             log(now, i, -1, tc.name, size, msg, True)
                         continue
                     depart = now
-                    if uplink is not None and uplink[i] != _INF:
-                        depart = max(now, uplink_free[i]) + size * 8.0 / uplink[i]
-                        uplink_free[i] = depart
+                    if uplink is not None:
+                        if uplink[i] != _INF:
+                            depart = max(now, uplink_free[i]) + size * 8.0 / uplink[i]
+                            uplink_free[i] = depart
+                        if flow_bps is not None:
+                            pair = (i, dst)
+                            paced = max(now, flow_free.get(pair, 0.0)) + size * 8.0 / flow_bps
+                            flow_free[pair] = paced
+                            if paced > depart:
+                                depart = paced
                     if lossy and (
                         (loss and rand() < loss) or (drop is not None and drop(i, dst, msg))
                     ):

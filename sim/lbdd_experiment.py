@@ -12,10 +12,14 @@ Stages:
    collected and checked from the outside: every subscriber has exactly one parent, parent and
    child agree, no cycle, everyone reachable from the publisher; and it must equal the tree
    ``build_tree`` gives centrally. Figures: depth, bucket range, out-degrees, the publisher's
-   copies and contribution (copies / N). The same figures under the other rule (near-bucket merge
-   or the paper's exact rule) are computed from the same list.
-4. With ``--data-bytes``: every host gets the same uplink capacity and the publisher publishes;
-   ``lbdd_time_s`` runs from the ``publish`` call to the last subscriber holding every slice.
+   copies and contribution (copies / N). The tree is the paper's rule by default, our
+   near-bucket variant with ``--near-bucket on``; the same figures under the other rule are
+   computed from the same list.
+4. With ``--data-bytes``: every host gets the same uplink capacity (and, with ``--flow-mbps``,
+   every sender -> receiver pair the same per-flow cap: our model of the paper's testbed,
+   ``TESTBED_*`` below) and the publisher publishes; ``lbdd_time_s`` runs from the ``publish``
+   call to the last subscriber holding every slice. The rates and the publisher's load (its
+   uplink's busy fraction: the paper's Figs 2 and 3) come with the times.
    ``--churn F`` crashes F of the subscribers at 30% of the ideal transfer time (before the
    transfer if there is no data); the run then also waits for the repaired tree, checks it, and
    requires every live subscriber to get everything.
@@ -58,6 +62,20 @@ from rangecast.sim.streams import stream
 
 TOPIC = "lbdd"
 
+#: Our model of the LBDD paper's testbed. The paper states neither number: its hosts have
+#: "Marvell Yukon 88E8057 PCI-E Gigabit Ethernet controller[s]" behind Gigabit switches, and
+#: what its application achieved over them is derived from two of its sentences:
+#:
+#: * U, a host's sending capacity: "In the point-to-point approach, the data distribution delay
+#:   from the publisher to all subscribers lasts 7 810 s" -- the publisher sent 11 copies of
+#:   8 GiB, so U = 11 x 8 x 2^30 x 8 bit / 7,810 s = 96.8 Mbit/s;
+#: * f, one flow's rate (one sender -> receiver connection of the paper's application, whose
+#:   transport the paper does not name): "With the LBDD method, the data distribution rate
+#:   remains around 24 Mbit/s, as shown in Fig.2" -- LBDD's rate is min(f, U / max
+#:   out-degree), flat at f while the busiest forwarder has at most U / f = 4 children.
+TESTBED_UPLINK_MBPS = 96.8
+TESTBED_FLOW_MBPS = 24.0
+
 
 @dataclass(frozen=True, slots=True)
 class LbddParams:
@@ -65,13 +83,28 @@ class LbddParams:
     seed: int = param(1, "seed of every random stream")
     data_bytes: int = param(0, "bytes to publish (0: tree figures only)")
     slice_bytes: int = param(64 * 1024, "slice size")
-    uplink_mbps: float = param(100.0, "every host's uplink, Mbit/s", type=positive_float)
+    #: The defaults are our model of the paper's testbed (TESTBED_*, derived above from the
+    #: paper's own numbers), so that ``sim lbdd`` runs the paper's setting unless told otherwise.
+    uplink_mbps: float = param(
+        TESTBED_UPLINK_MBPS,
+        "every host's sending capacity, Mbit/s (ours, derived from the paper's 7,810 s "
+        "point-to-point time; the paper states no rate)",
+        type=positive_float,
+    )
     churn: float = param(0.0, "fraction of subscribers to crash mid-transfer")
     latency: str = param("synthetic", LATENCY_HELP)
+    #: Our variant (off: the paper's exact bucket rule, Algorithm 2).
     near_bucket: bool = param(
-        True,
-        "the paper's exact bucket rule (no merging of sparse low buckets)",
-        style="negated",
+        False,
+        "our variant: merge sparse low buckets and widen crowded ones (off: the paper's rule)",
+        style="on-off",
+    )
+    #: Our model of the paper's testbed: each sender -> receiver pair paced at this rate on top
+    #: of the uplinks, as one connection of the paper's application (0: no cap).
+    flow_mbps: float = param(
+        TESTBED_FLOW_MBPS,
+        "per-flow cap: each sender->receiver pair paced at F Mbit/s (ours, derived from the "
+        "paper's 'around 24 Mbit/s'; 0: no cap)",
     )
     #: Slices a node may have unacknowledged (its send buffer).
     window_slices: int = param(64, "slices a node may have unacknowledged", flag="--window")
@@ -79,7 +112,15 @@ class LbddParams:
     p2p: bool = param(True, "skip the point-to-point baseline", style="negated")
 
     def check(self) -> None:
-        require_finite({"--uplink-mbps": self.uplink_mbps, "--churn": self.churn})
+        require_finite(
+            {
+                "--uplink-mbps": self.uplink_mbps,
+                "--churn": self.churn,
+                "--flow-mbps": self.flow_mbps,
+            }
+        )
+        if self.flow_mbps < 0:
+            raise LocalProtocolError("--flow-mbps must be >= 0 (0: no per-flow cap)")
         if self.subscribers < 1:
             raise LocalProtocolError("--subscribers must be at least 1")
         if self.data_bytes < 0:
@@ -175,6 +216,15 @@ def check_tree(net: Lbdd, mode: int) -> dict[str, Any]:
     }
 
 
+def _ideal_s(data_bytes: int, out_degree: int, params: LbddParams) -> float:
+    """The time a sender with ``out_degree`` children needs to send them ``data_bytes`` each:
+    each child gets min(flow cap, uplink / out-degree)."""
+    per_child = params.uplink_mbps * 1e6 / out_degree
+    if params.flow_mbps:
+        per_child = min(per_child, params.flow_mbps * 1e6)
+    return data_bytes * 8.0 / per_child
+
+
 def _slices(params: LbddParams) -> tuple[list[bytes], Callable[[int], bytes]]:
     """The publication: ``data_bytes`` cut in slices. Slices are drawn from a pool of 1,021
     distinct objects (slice k is pool[k % 1021], each with its own header), so a 256 MiB run
@@ -208,6 +258,7 @@ def _transfer(
     net.got = [bytearray(len(slices)) for _ in net.addrs]
     net.complete_at = {}
     t0 = sim.now
+    sent0 = sim.stats.sent_bytes[0]
     pub = net.peers[0].topic
     pid_box: list[int] = []
 
@@ -245,13 +296,19 @@ def _transfer(
     )
     finished = net.run_until(done, limit, step=max(0.5, ideal_s / 50))
     say.end()
+    sent = sim.stats.sent_bytes[0] - sent0
     live = net.live(net.subscribers)
     times = [net.complete_at[i] - t0 for i in live if i in net.complete_at]
+    time_s = max(times) if len(times) == len(live) else None
     once = all(all(c == 1 for c in net.got[i]) for i in live)
     info = [net.peers[i].topic.publication(TOPIC, net.addrs[0], pid_box[0]) for i in live]
     return {
         "finished": finished,
-        "time_s": max(times) if len(times) == len(live) else None,
+        "time_s": time_s,
+        # The paper's Fig. 3 "network load for the publisher": the fraction of the transfer
+        # its uplink was busy (bytes it sent over what the uplink could have sent meanwhile).
+        "publisher_load": sent * 8.0 / (params.uplink_mbps * 1e6 * time_s) if time_s else None,
+        "rate_mbps": params.data_bytes * 8.0 / time_s / 1e6 if time_s else None,
         "complete": len(times),
         "live": len(live),
         "crashed": crashed,
@@ -276,7 +333,13 @@ class Transfer(Part):
     slice_bytes: int
     slices: int
     uplink_mbps: float
+    #: The per-flow cap (0: none); see ``--flow-mbps``.
+    flow_mbps: float
     window_slices: int
+    #: The paper's "data distribution rate": bytes x 8 / time, Mbit/s.
+    lbdd_rate_mbps: float | None
+    #: The paper's Fig. 3: the publisher's uplink busy fraction over the LBDD transfer.
+    lbdd_publisher_load: float | None
     #: Without churn: whether each subscriber took every slice from its own parent.
     received_only_from_parent: bool | None = optional()
 
@@ -296,6 +359,9 @@ class Baseline(Part):
 
     p2p_time_s: float | None
     p2p_all_bytes_exactly_once: bool
+    p2p_rate_mbps: float | None
+    #: The publisher's uplink busy fraction over the point-to-point transfer.
+    p2p_publisher_load: float | None
     p2p_over_lbdd: float | None = optional()
 
 
@@ -332,27 +398,37 @@ class LbddResult(RunResult):
 
     def summary(self) -> str:
         r = self.json()
-        rule = "near-bucket merge" if r["near_bucket"] else "paper's exact rule"
+        rule = "our near-bucket variant" if r["near_bucket"] else "the paper's bucket rule"
         lines = [
             f"LBDD topic mode: 1 publisher, {r['subscribers']} subscribers, seed {r['seed']}, "
             f"{rule}, latency {r['latency_model']['name']}",
             f"  tree               valid: {r['tree_valid']}; depth {r['depth']}, buckets "
             f"{r['bucket_min']}..{r['bucket_max']}",
             f"  out-degree         mean {r['mean_out_degree']:.2f} over forwarders, "
-            f"max {r['max_out_degree']}; publisher sends {r['publisher_copies']} copies "
+            f"max {r['max_out_degree']}; publisher sends {r['publisher_copies']} "
+            f"cop{'y' if r['publisher_copies'] == 1 else 'ies'} "
             f"(contribution {r['publisher_contribution']:.3f})",
         ]
         if "lbdd_time_s" in r:
+            cap = f", flows capped at {r['flow_mbps']:g} Mbit/s" if r["flow_mbps"] else ""
             lines.append(
                 f"  transfer           {r['data_bytes']:,} bytes, uplinks "
-                f"{r['uplink_mbps']:g} Mbit/s: LBDD {r['lbdd_time_s']:.1f}s "
+                f"{r['uplink_mbps']:g} Mbit/s{cap}: LBDD {_num(r['lbdd_time_s'])}s "
                 f"(ideal {r['lbdd_ideal_time_s']:.1f}s)"
                 + (f", point-to-point {r['p2p_time_s']:.1f}s" if r.get("p2p_time_s") else "")
             )
+            rates = f"LBDD {_num(r['lbdd_rate_mbps'])} Mbit/s, publisher load " + _pct(
+                r["lbdd_publisher_load"]
+            )
+            if "p2p_rate_mbps" in r:
+                rates += f"; point-to-point {_num(r['p2p_rate_mbps'])} Mbit/s, " + _pct(
+                    r["p2p_publisher_load"]
+                )
+            lines.append(f"  rate, load         {rates}")
             if "p2p_over_lbdd" in r:
                 lines.append(
                     f"  speed-up           point-to-point / LBDD = {r['p2p_over_lbdd']:.2f} "
-                    f"(ideal N / max out-degree = {r['ideal_ratio']:.2f}; paper LAN 2.59)"
+                    f"(ideal {r['ideal_ratio']:.2f}; the paper's 8 GB on its LAN: 2.59)"
                 )
             lines.append(
                 f"  delivery           every subscriber got every byte exactly once: "
@@ -367,6 +443,14 @@ class LbddResult(RunResult):
             )
         lines.append(f"  wall               {r['wall_s']:.1f} s")
         return "\n".join(lines)
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
 
 
 class Lbdd(Scenario[LbddParams, LbddResult]):
@@ -421,9 +505,11 @@ class Lbdd(Scenario[LbddParams, LbddResult]):
             elif type(e) is PublicationComplete:
                 self.complete_at.setdefault(i, e.now)
 
-    def set_uplinks(self, mbps: float) -> None:
+    def set_uplinks(self, mbps: float, flow_mbps: float = 0.0) -> None:
         for i in range(len(self.addrs)):
             self.sim.set_uplink(i, mbps * 1e6)
+        if flow_mbps:
+            self.sim.set_flow_cap(flow_mbps * 1e6)
 
     def join(self) -> None:
         sim = self.sim
@@ -478,7 +564,7 @@ class Lbdd(Scenario[LbddParams, LbddResult]):
         mode = params.mode
         say(f"{n} subscribers + 1 publisher placed ({self.model.name}); joining the topic")
         if params.data_bytes:
-            self.set_uplinks(params.uplink_mbps)
+            self.set_uplinks(params.uplink_mbps, params.flow_mbps)
         self.join()
         if not self.run_until(lambda: self.settled() is not None, sim.now + 120.0):
             raise LocalProtocolError("the topic's membership did not settle within 120 s simulated")
@@ -495,8 +581,11 @@ class Lbdd(Scenario[LbddParams, LbddResult]):
         self.baseline: Baseline | None = None
         if not (params.data_bytes or params.churn):
             return
-        bps = params.uplink_mbps * 1e6
-        ideal = tree["max_out_degree"] * params.data_bytes * 8.0 / bps if params.data_bytes else 0
+        # The slowest forwarder sets a pipelined transfer's pace: it sends each slice to its
+        # children at min(flow cap, uplink / children) each.
+        ideal = (
+            _ideal_s(params.data_bytes, tree["max_out_degree"], params) if params.data_bytes else 0
+        )
         mark = time.perf_counter()
         lb: dict[str, Any] = {}
         if params.data_bytes:
@@ -527,7 +616,10 @@ class Lbdd(Scenario[LbddParams, LbddResult]):
                 slice_bytes=params.slice_bytes,
                 slices=self.total,
                 uplink_mbps=params.uplink_mbps,
+                flow_mbps=params.flow_mbps,
                 window_slices=params.window_slices,
+                lbdd_rate_mbps=lb["rate_mbps"],
+                lbdd_publisher_load=lb["publisher_load"],
                 received_only_from_parent=only_parent,
             )
             self.ok = self.ok and lb["exactly_once"]
@@ -541,7 +633,7 @@ class Lbdd(Scenario[LbddParams, LbddResult]):
             messages_by_type=sim.stats.types_json(),
         )
         if params.data_bytes and params.p2p:
-            self.point_to_point(n * params.data_bytes * 8 / bps)
+            self.point_to_point(_ideal_s(params.data_bytes, n, params))
 
     def crash_and_repair(self, crashed: list[int] | None) -> None:
         """Crash the churn fraction (unless the transfer did) and check the repaired tree."""
@@ -580,7 +672,7 @@ class Lbdd(Scenario[LbddParams, LbddResult]):
         self.sim.message_log = None
         base = Lbdd()
         base.prepare(params, say)
-        base.set_uplinks(params.uplink_mbps)
+        base.set_uplinks(params.uplink_mbps, params.flow_mbps)
         base.join()
         if not base.run_until(lambda: base.settled() is not None, 120.0):
             raise LocalProtocolError("the baseline's membership did not settle")
@@ -590,6 +682,8 @@ class Lbdd(Scenario[LbddParams, LbddResult]):
         self.baseline = Baseline(
             p2p_time_s=p2p["time_s"],
             p2p_all_bytes_exactly_once=p2p["exactly_once"],
+            p2p_rate_mbps=p2p["rate_mbps"],
+            p2p_publisher_load=p2p["publisher_load"],
             p2p_over_lbdd=p2p["time_s"] / lbdd_time if p2p["time_s"] and lbdd_time else None,
         )
         self.ok = self.ok and p2p["exactly_once"]
@@ -626,7 +720,10 @@ class Lbdd(Scenario[LbddParams, LbddResult]):
                 "near_bucket": not params.near_bucket,
                 **_tree_stats(publisher, members, not params.near_bucket),
             },
-            ideal_ratio=n / tree["max_out_degree"],
+            # N / max out-degree without a flow cap.
+            ideal_ratio=n / tree["max_out_degree"]
+            if not params.flow_mbps
+            else _ideal_s(1, n, params) / _ideal_s(1, tree["max_out_degree"], params),
             ok=bool(self.ok),
             transfer=self.transfer,
             churn=self.churn,

@@ -107,6 +107,13 @@ class ThesisParams(OnDht):
             "per next hop (prefix-grouped application-layer multicast)",
             choices=("unicast", "multicast"),
         ),
+        forward=Option(
+            "how an internal tree node sends a probe on to the leaves of its leaf table: as "
+            "--probe says (the thesis' Program 3.3), or one routed message per leaf whatever "
+            "--probe says (its ProbePubMessage 'is currently sent by unicast instead of "
+            "multicast', section 4.2.1)",
+            choices=("probe", "unicast"),
+        ),
         delivery=Option(
             "notifications: one message per matched subscriber, grouped per next hop towards "
             "the subscribers' ids, or down an LBDD tree in which subscribers relay",
@@ -783,7 +790,11 @@ class Thesis(PubSubScenario[ThesisParams, ThesisResult]):
 
     def logged_params(self) -> dict[str, Any]:
         logged = super().logged_params()
-        logged.update(probe=self.overlay_cfg.probe, delivery=self.overlay_cfg.delivery)
+        logged.update(
+            probe=self.overlay_cfg.probe,
+            forward=self.overlay_cfg.forward,
+            delivery=self.overlay_cfg.delivery,
+        )
         return logged
 
     def write_more_logs(self, out_dir: Path) -> None:

@@ -166,6 +166,10 @@ def test_paper_lan_tree() -> None:
         assert t.out_degrees()[0] == 2
         assert max(t.out_degrees()) == busiest
         assert t.depth == 3
+    # The paper's rule is the default (our variant is the named option).
+    default = build_tree("10.3.17.74", subs)
+    assert default.parent == build_tree("10.3.17.74", subs, near_bucket=False).parent
+    assert max(default.out_degrees()) == 4
 
 
 def test_misuse_raises_locally() -> None:

@@ -411,8 +411,14 @@ def test_cli_json(capsys: Any) -> None:
     assert main(["sim", "lbdd", "--subscribers", "30", "--seed", "2", "--json", "--quiet"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["tree_valid"] and r["subscribers"] == 30
+    assert r["near_bucket"] is False  # the paper's rule by default
+    assert r["other_rule"]["near_bucket"] is True
     assert r["publisher_contribution"] == r["publisher_copies"] / 30
-    assert r["depth"] <= 5  # floor(log2 30) + 1 with the near-bucket merge
+    argv = ["sim", "lbdd", "--subscribers", "30", "--seed", "2", "--near-bucket", "on"]
+    assert main([*argv, "--json", "--quiet"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["tree_valid"] and r["near_bucket"] is True
+    assert r["depth"] <= 5  # floor(log2 30) + 1 with our near-bucket merge
 
 
 # -------------------------------------------------------------------------------- the wire

@@ -18,7 +18,7 @@ from overlay_harness import Key, Net, Published
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.wire import Message
-from rangecast.pubsub.messages import ProbePub
+from rangecast.pubsub.messages import ProbePub, ProbePubMulticast
 from rangecast.pubsub.node import OverlayConfig
 from rangecast.pubsub.schema import THESIS_SCHEMA, Schema
 from rangecast.pubsub.subscription import Subscription, parse_subscription, where
@@ -181,6 +181,43 @@ def test_random_workload_builds_a_sound_tree_and_delivers_exactly(
     healthy(net)
 
 
+@pytest.mark.parametrize("forward", ["probe", "unicast"])
+def test_leaf_table_forwards_travel_as_forward_says(forward: str) -> None:
+    """Under multicast probes, ``forward`` decides how an internal tree node sends a probe on
+    to its leaves: grouped like the publisher's probes ("probe"), or one routed ProbePub each
+    ("unicast"); either way every event arrives exactly once."""
+    seed = 3
+    config = OverlayConfig(probe="multicast", forward=forward)
+    net = Net(30, seed, THESIS_SCHEMA, capacity=(3, 6), config=config)
+    workload = Workload(THESIS_SCHEMA, THESIS_WORKLOAD, stream(seed, "layout"))
+    rng = stream(seed, "test")
+    active = install(
+        net, [(rng.randrange(30), workload.subscription(rng)) for _ in range(80)], rng, 0.05
+    )
+    grouped_forwards = routed_forwards = 0
+
+    def log(now: float, i: int, dst: int, name: str, size: int, msg: Message, lost: bool) -> None:
+        nonlocal grouped_forwards, routed_forwards
+        if name not in ("ProbePub", "ProbePubMulticast"):
+            return
+        inner = net.sim.codec.decode(msg.payload)  # type: ignore[attr-defined]
+        if isinstance(inner, ProbePubMulticast):
+            grouped_forwards += any(t.via_lrt for t in inner.targets)
+        elif isinstance(inner, ProbePub):
+            routed_forwards += inner.via_lrt
+
+    net.sim.message_log = log
+    events = workload_events(workload, active, rng, 40, 0.0)
+    published = publish_all(net, active, events, rng)
+    net.sim.message_log = None
+    net.check_deliveries(published)
+    healthy(net)
+    if forward == "probe":
+        assert grouped_forwards > 0 and routed_forwards == 0
+    else:
+        assert grouped_forwards == 0 and routed_forwards > 0
+
+
 # --------------------------------------------- thousands of identical ranges (corner overflow)
 
 IDENTICAL = {
@@ -287,11 +324,10 @@ def test_load_balancing_pieces_partition_ranges_and_events_arrive_once(
     for key, pieces in net.pieces_by_key().items():
         r = active[key].range_of(pieces[0].base)
         assert r is not None
-        # Wider than the cut-off (less the widening on both sides): cut into pieces.
+        # Above the cut-off line (thesis 3.5: y - x > c): cut into pieces; below it: one point.
         space = net.spaces[pieces[0].base]
         width = space.max - space.min
-        limit = config.cutoff * width - 2.0 * config.widen * width
-        assert (len(pieces) > 1) == (r.hi - r.lo > limit)
+        assert (len(pieces) > 1) == (r.hi - r.lo > config.cutoff * width)
     # Events: the subscriptions' own range ends and piece boundaries, plus random values.
     events: list[tuple[float | None, ...]] = []
     pieces = [s for _, s in net.stored()]
@@ -379,6 +415,31 @@ def test_load_balancing_never_makes_an_empty_piece(widen: float) -> None:
     assert all(p.piece_lo <= p.piece_hi for p in pieces), [
         (p.piece, p.piece_lo, p.piece_hi) for p in pieces[-2:]
     ]
+
+
+@pytest.mark.parametrize("widen_frac", [0.0, 0.5, 0.999])
+@pytest.mark.parametrize("size", [1959.99, 1980.0, 2000.0, 2000.01, 2001.0])
+def test_load_balancing_cuts_only_points_above_the_cutoff_line(
+    size: float, widen_frac: float
+) -> None:
+    """Thesis 3.5: only a subscription point above the cut-off line y = x + c is mapped to
+    several points. Attr2's domain is 20,000 wide, c = 2,000: a range at most 2,000 wide stays
+    one point (widened less where full widening would lift it over the line), a wider one is
+    cut; either way every stored point lies below the line and every value is delivered."""
+    lo = -3000.0
+    hi = lo + size
+    net = Net(1, 1, THESIS_SCHEMA, config=OverlayConfig(load_balancing=True))
+    limit = 0.1 * 20_000.0 - 2.0 * net.config.widen * 20_000.0
+    net.peers[0].overlay.rng = _Rigged(0.999, widen_frac, limit)
+    sub = where(THESIS_SCHEMA).between("Attr2", lo, hi).build()
+    active = install(net, [(0, sub)], random.Random(0), 0.0)
+    check_pieces(net, active)
+    (pieces,) = net.pieces_by_key().values()
+    assert (len(pieces) > 1) == (size > 2000.0)
+    assert all(p.y - p.x <= 2000.0 for p in pieces)
+    events = [(1.0, v, 1.0, 1.0) for v in (lo, (lo + hi) / 2, hi, hi + 1.0)]
+    published = publish_all(net, active, events, random.Random(1))
+    net.check_deliveries(published)
 
 
 def test_load_balancing_piece_at_the_extreme_draws_stays_below_the_cutoff() -> None:

@@ -16,11 +16,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: Mean RTT of the King data set the thesis simulated over (1,740 DNS servers; SPEC 11).
+#: Mean RTT of the whole King data set the thesis simulated over (1,740 DNS servers), 4.1.1:
+#: "The average round-trip time of the simulated 1740-node network is 180 milliseconds".
 THESIS_MEAN_RTT_MS = 180.0
-#: Table 4.5: the King subsets' mean RTT per network size.
+#: The one RTT normalisation rule: every thesis latency is divided by the mean RTT of the King
+#: subset of its network size, Table 4.5 (4.3.3).
 THESIS_RTT_BY_SIZE_MS = {1000: 175.0, 1740: 180.0, 3000: 176.0, 4000: 177.0, 5000: 176.0}
+THESIS_RTT_SOURCE = (
+    "4.3.3, Table 4.5 'RTTs for different networks': 'size 1000 1740 3000 4000 5000 "
+    "Avg RTT(ms) 175 180 176 177 176'"
+)
 THESIS_NODES = 1000
+#: Figs 4.1-4.8 ran on 1,000 nodes (4.3.1: "The results are obtained from a simulation with a
+#: 1000-node network with 5 subscriptions per node on average"): Table 4.5's 175 ms.
+THESIS_RUN_RTT_MS = THESIS_RTT_BY_SIZE_MS[THESIS_NODES]
+
+
+def thesis_rtt_ms(nodes: int) -> float:
+    """The King subset's mean RTT for a thesis network of ``nodes`` (Table 4.5)."""
+    return THESIS_RTT_BY_SIZE_MS[nodes]
+
+
 KB = 1000.0
 
 
@@ -252,3 +268,239 @@ LBDD_BUCKETS_500 = (24, 32)
 LBDD_BUCKETS_SOURCE = "LBDD paper, simulation n = 500: subscribers fall in buckets 24..32"
 #: Figure 4.4's mean, which is also Figure 4.10's average at 1,000 nodes.
 PUBLISH_MEAN_B = 1.32 * KB
+
+
+# --------------------------------------------------------------- encoding-free comparisons
+#
+# The thesis counts Java-serialised bytes (4.3.1: "Note that the message size is calculated by
+# serializing each message using Java's object serialization method, which has a lot of
+# overhead"); ours are our wire encoding. Absolute bytes are shown beside the verdicts, and the
+# verdicts compare what is free of the encoding: each distribution relative to its own mean. A
+# statement "N% of nodes at or below X" with stated mean M becomes "N% of nodes at or below
+# (X / M) x the mean", which is what ours is measured against.
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """The share of nodes at or below ``factor`` x the mean (``above``: strictly above), as the
+    thesis states it."""
+
+    figure: str
+    quantity: str
+    #: Which per-node values: a key of the recomputed ``node_values``.
+    values: str
+    threshold: float
+    mean: float
+    share: float
+    source: str
+    above: bool = False
+
+    @property
+    def factor(self) -> float:
+        return self.threshold / self.mean
+
+
+INSTALL_MEAN_SOURCE = (
+    "4.3.1: 'The average bandwidth cost is 14.32 bytes per subscription for each node.'"
+)
+PUBLISH_MEAN_SOURCE = "4.3.2: 'The average bandwidth cost is 1.32k bytes per event.'"
+SHARES = (
+    Share(
+        "4.2",
+        "share of nodes at or below 1.40x the mean (20 / 14.32 B/sub)",
+        "install_bytes_per_sub_per_node",
+        20.0,
+        14.32,
+        0.78,
+        "4.3.1: 'As it shows, about 78% percent of nodes' bandwidth cost is within 20 bytes/sub'"
+        " (mean: " + INSTALL_MEAN_SOURCE + ")",
+    ),
+    Share(
+        "4.2",
+        "share of nodes below 4.19x the mean (60 / 14.32 B/sub)",
+        "install_bytes_per_sub_per_node",
+        60.0,
+        14.32,
+        0.98,
+        "4.3.1: 'nearly 98% nodes' bandwidth cost is less than 60 bytes/sub'",
+    ),
+    Share(
+        "4.4",
+        "share of nodes at or below 1.21x the mean (1.6k / 1.32k B/event)",
+        "publish_bytes_per_event_per_node",
+        1.6 * KB,
+        1.32 * KB,
+        0.70,
+        "4.3.2: 'As shown in Fig 4.4, it costs no more than 1.6k bytes per event for about 70% "
+        "of nodes' (mean: " + PUBLISH_MEAN_SOURCE + ")",
+    ),
+    Share(
+        "4.4",
+        "share of nodes at or below 2.27x the mean (3k / 1.32k B/event)",
+        "publish_bytes_per_event_per_node",
+        3.0 * KB,
+        1.32 * KB,
+        0.90,
+        "4.3.2: '3k bytes for about 90% of nodes'",
+    ),
+    Share(
+        "4.4",
+        "share of nodes above 4.55x the mean (6k / 1.32k B/event)",
+        "publish_bytes_per_event_per_node",
+        6.0 * KB,
+        1.32 * KB,
+        7 / 1000,
+        "4.3.2: 'There are about 7 nodes that spend more than 6k bytes but no more than 11k "
+        "bytes.' (7 of the 1,000 nodes)",
+        above=True,
+    ),
+    Share(
+        "4.5",
+        "share of nodes below 0.81x the mean, unicast probes (1.2k / 1.48k B/event)",
+        "probe_bytes_per_event_per_node",
+        1.2 * KB,
+        1.48 * KB,
+        0.55,
+        "4.3.2: 'In Fig 4.5, it shows that in the multicast model 70% of nodes' bandwidth cost "
+        "is less than 1.2k, but in the unicast model only about 55% of the nodes' bandwidth "
+        "cost is in this range.'",
+    ),
+    Share(
+        "4.5",
+        "share of nodes below 1.14x the mean, multicast probes (1.2k / 1.05k B/event)",
+        "probe_bytes_per_event_per_node",
+        1.2 * KB,
+        1.05 * KB,
+        0.70,
+        "4.3.2: 'In Fig 4.5, it shows that in the multicast model 70% of nodes' bandwidth cost "
+        "is less than 1.2k, but in the unicast model only about 55% of the nodes' bandwidth "
+        "cost is in this range.'",
+    ),
+)
+#: Fig 4.4's busiest node relative to the mean: more than 6k and no more than 11k bytes, over
+#: a mean of 1.32k: (4.55, 8.33].
+PUBLISH_MAX_OVER_MEAN = (6.0 / 1.32, 11.0 / 1.32)
+PUBLISH_MAX_SOURCE = (
+    "4.3.2: 'There are about 7 nodes that spend more than 6k bytes but no more than 11k bytes.'"
+    " (mean: " + PUBLISH_MEAN_SOURCE + ")"
+)
+
+# ------------------------------------------------------------------ parameters that are ours
+#
+# What the reproduction sets that the thesis or the LBDD paper does not state: each with our
+# value, where it is defined, and the paper's sentence that leaves it open. Written into
+# reproduction.json ("our_parameters") and shown on the page.
+
+
+@dataclass(frozen=True, slots=True)
+class OurParameter:
+    name: str
+    value: str
+    defined_in: str
+    #: The paper's sentence that leaves it open (or states only part of it).
+    paper_says: str
+    why: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "defined_in": self.defined_in,
+            "paper_says": self.paper_says,
+            "why_ours": self.why,
+        }
+
+
+OUR_PARAMETERS = (
+    OurParameter(
+        "RndRegionProbe min level",
+        "3",
+        "pubsub/base.py OverlayConfig.min_level",
+        "4.3.3: 'But in our simulation, we set the maximum probing tree level to 10' (the only "
+        "probe level the thesis states)",
+        "the thesis states the maximum probing level only; the minimum is ours",
+    ),
+    OurParameter(
+        "RndRegionProbe probability p",
+        "0.7",
+        "pubsub/base.py OverlayConfig.p",
+        "4.3.3: 'But in our simulation, we set the maximum probing tree level to 10' (no "
+        "probability is given)",
+        "the probability of probing a zone between the levels is not stated",
+    ),
+    OurParameter(
+        "load-balancing cut-off c",
+        "0.1 of each domain",
+        "pubsub/base.py OverlayConfig.cutoff",
+        "Chapter 5: 'currently our load balancing scheme is static by presetting a cut off "
+        "line for each attribute' (no value of the cut-off is given)",
+        "the cut-off line's offset is not stated",
+    ),
+    OurParameter(
+        "stored-point widening",
+        "1e-3 of each domain",
+        "pubsub/base.py OverlayConfig.widen",
+        "not mentioned in the thesis (3.2.2 splits a leaf by its stored subscriptions; how "
+        "equal points are separated is not described)",
+        "a leaf holding many equal points must still be able to split",
+    ),
+    OurParameter(
+        "deepest 2d-tree leaf",
+        "48 levels",
+        "pubsub/base.py OverlayConfig.max_depth",
+        "not mentioned in the thesis (Program 3.1, the leaf split, has no depth bound)",
+        "a last resort for points that widening cannot separate",
+    ),
+    OurParameter(
+        "latency model",
+        "synthetic (and a measured PlanetLab matrix for Figs 4.9/4.10)",
+        "sim/latency.py",
+        "4.1.1: 'The network model used in the simulation is derived from the King "
+        "dataset[9], which includes the pairwise latencies of 1740 DNS servers' (not shipped "
+        "with the thesis)",
+        "the King matrix is not available; latencies are compared in units of the mean RTT",
+    ),
+    OurParameter(
+        "LBDD testbed model: uplink U and per-flow cap f",
+        "",
+        "sim/lbdd_experiment.py TESTBED_UPLINK_MBPS, TESTBED_FLOW_MBPS",
+        "LBDD paper, 4.1: 'Each PC is a Lenovo Yangtian T2900d, equipped with Pentium(R) "
+        "Dual-Core E6700 @3.20 GHz and Marvell Yukon 88E8057 PCI-E Gigabit Ethernet "
+        "controller.' (no rate per host or per flow is stated)",
+        "the paper gives its hardware, not a rate: U = 11 x 8 GiB x 8 / 7,810 s from 'In the "
+        "point-to-point approach, the data distribution delay from the publisher to all "
+        "subscribers lasts 7 810 s', and f from 'With the LBDD method, the data distribution "
+        "rate remains around 24 Mbit/s'; the model is ours (sim lbdd's defaults)",
+    ),
+    OurParameter(
+        "probe forwarding at internal tree nodes",
+        "",
+        "pubsub/base.py OverlayConfig.forward",
+        "4.2.1: 'ProbePubMessage. This message is sent out to locate all the nodes that store "
+        "matched subscriptions. This message is currently sent by unicast instead of "
+        "multicast.' (which node this applies to is not stated)",
+        "a reading of the thesis; docs/overlay.md measures both",
+    ),
+)
+
+
+def our_parameters() -> list[dict[str, str]]:
+    """OUR_PARAMETERS with the values the code uses now (read from the defaults, so the list
+    never disagrees with what ran)."""
+    from rangecast.pubsub.base import OverlayConfig
+    from rangecast.sim import lbdd_experiment
+
+    o = OverlayConfig()
+    uplink = lbdd_experiment.TESTBED_UPLINK_MBPS
+    flow = lbdd_experiment.TESTBED_FLOW_MBPS
+    values = {
+        "RndRegionProbe min level": f"{o.min_level} (max level {o.max_level}: the thesis')",
+        "RndRegionProbe probability p": f"{o.p:g}",
+        "load-balancing cut-off c": f"{o.cutoff:g} of each domain",
+        "stored-point widening": f"{o.widen:g} of each domain",
+        "deepest 2d-tree leaf": f"{o.max_depth} levels",
+        "LBDD testbed model: uplink U and per-flow cap f": f"U = {uplink:g} Mbit/s per host"
+        + (f", f = {flow:g} Mbit/s per flow" if flow else ", no flow cap"),
+        "probe forwarding at internal tree nodes": o.forward,
+    }
+    return [{**p.as_dict(), "value": values.get(p.name, p.value)} for p in OUR_PARAMETERS]

@@ -96,8 +96,8 @@ class Dist:
 class Curve:
     """Published points of a cumulative curve: ``pct`` percent of the values at or below ``x``.
 
-    The thesis states a few such points per figure; they are drawn as markers joined by a
-    dotted line (the join only guides the eye: the thesis gives nothing between them).
+    The thesis states a few such points per figure; they are drawn as markers, never joined:
+    each is a separate statement, and the thesis gives nothing between them.
     """
 
     label: str
@@ -245,9 +245,7 @@ def distribution(
 
 def _curve(ax: Axes, c: Curve) -> None:
     xs, ys = zip(*c.points, strict=True)
-    ax.plot(
-        xs, ys, ls=":", marker=c.marker, color=c.colour, ms=7, mfc="none", lw=1.2, label=c.label
-    )
+    ax.plot(xs, ys, ls="none", marker=c.marker, color=c.colour, ms=7, mfc="none", label=c.label)
 
 
 def _log_panel(
@@ -392,7 +390,7 @@ def scaling(
     for k, line in enumerate(paper_avg):
         px, py = zip(*line.points, strict=True)
         sizes.update(px)
-        ax.plot(px, py, ":D" if k == 0 else ":^", color=THESIS, mfc="none", ms=8, label=line.label)
+        ax.plot(px, py, "D" if k == 0 else "^", color=THESIS, mfc="none", ms=8, label=line.label)
     if paper_band:
         lo_n, hi_n, lo, hi = paper_band
         sizes.update((int(lo_n), int(hi_n)))

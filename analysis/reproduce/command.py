@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import rangecast.analysis.report.paper as paper
 from rangecast.analysis.reproduce import notes, page
-from rangecast.analysis.reproduce.compare import TOLERANCE, figure_verdict
+from rangecast.analysis.reproduce.causes import attach_causes
+from rangecast.analysis.reproduce.compare import TOLERANCE, VERDICTS, figure_verdict
 from rangecast.analysis.reproduce.evaluate import (
     LBDD_FIGURES,
     THESIS_FIGURES,
@@ -37,25 +39,68 @@ from rangecast.analysis.reproduce.evaluate import (
     thesis_figures,
 )
 from rangecast.analysis.reproduce.lbdd import lbdd_figures
-from rangecast.analysis.reproduce.plans import FULL, QUICK, Size, reproduction_plan
-from rangecast.analysis.sweep.command import DEFAULT_MASTER, prepare_out, run_sweep
-from rangecast.analysis.sweep.plan import RunSpec
+from rangecast.analysis.reproduce.plans import (
+    CAUSE_PARTS,
+    FULL,
+    QUICK,
+    Size,
+    only_parts,
+    reproduction_plan,
+)
+from rangecast.analysis.sweep.command import (
+    DEFAULT_MASTER,
+    finished_runs,
+    prepare_out,
+    run_sweep,
+)
+from rangecast.analysis.sweep.plan import Plan, RunSpec
 from rangecast.analysis.sweep.runs import Progress, dispatch_order, run_dir
+from rangecast.dht.errors import LocalProtocolError
 
 FORMAT = "rangecast-reproduction"
-#: Seconds a 1,000-node, 10,000-event thesis run takes here (measured, two runs sharing 2 cores):
-#: the unit of the run-time estimates, which only the ETA uses.
-THESIS_1000_S = 220.0
+#: Measured solo wall times (s) of one thesis run on this 2-core machine, 10,000 events and 5
+#: subscriptions per node, by network size: the calibration of the run-time estimates (the ETA
+#: and --dry-run). Between and beyond the points, a power law through the nearest two.
+THESIS_SOLO_S = {1000: 150.0, 1740: 229.0, 3000: 641.0, 4000: 1309.0, 5000: 1655.0}
+#: The 1,000-node point, kept under its old name.
+THESIS_1000_S = THESIS_SOLO_S[1000]
+
+
+def thesis_solo_s(nodes: int, events: int) -> float:
+    """A thesis run's solo wall time: THESIS_SOLO_S interpolated in log-log over the nodes,
+    proportional to the events."""
+    pts = sorted(THESIS_SOLO_S.items())
+    if nodes in THESIS_SOLO_S:
+        t = THESIS_SOLO_S[nodes]
+    else:
+        lo = max([p for p in pts if p[0] < nodes], default=pts[0], key=lambda p: p[0])
+        hi = min([p for p in pts if p[0] > nodes], default=pts[-1], key=lambda p: p[0])
+        if lo == hi:  # beyond the points: the nearest two
+            lo, hi = (pts[0], pts[1]) if nodes < pts[0][0] else (pts[-2], pts[-1])
+        k = math.log(hi[1] / lo[1]) / math.log(hi[0] / lo[0])
+        t = lo[1] * (nodes / lo[0]) ** k
+    return t * events / 10_000
 
 
 def estimate_s(spec: RunSpec) -> float:
-    """A run's rough wall time: thesis ~ nodes^1.5 x events (docs/sweeps.md's scalability
-    times), LBDD ~ bytes x subscribers (docs/lbdd.md's transfer times)."""
+    """A run's rough solo wall time: thesis from THESIS_SOLO_S (nodes, events), LBDD ~ bytes x
+    subscribers (measured: an 8 GiB transfer to 11 subscribers, LBDD and point-to-point, takes
+    47-64 s)."""
     p = spec.params
     if spec.scenario == "thesis":
-        return 3.0 + THESIS_1000_S * (p.nodes / 1000) ** 1.5 * p.events / 10_000
+        return 3.0 + thesis_solo_s(p.nodes, p.events)
     copies = p.data_bytes * p.subscribers * (2 if p.p2p else 1)
-    return 3.0 + 0.02 * p.subscribers + 0.9e-9 * copies
+    return 3.0 + 0.02 * p.subscribers + 0.33e-9 * copies
+
+
+def estimate_wall_s(specs: Sequence[RunSpec], slots: int = 2) -> float:
+    """The runs' wall time ``slots`` at a time, longest first as the sweep dispatches them (each
+    run its solo time: two runs on the 2 cores), then the report."""
+    free = [0.0] * max(1, slots)
+    for spec in dispatch_order(specs):
+        i = free.index(min(free))
+        free[i] += estimate_s(spec)
+    return max(free) + report_estimate_s(specs)
 
 
 def report_estimate_s(specs: Sequence[RunSpec]) -> float:
@@ -68,6 +113,103 @@ def report_estimate_s(specs: Sequence[RunSpec]) -> float:
         else:
             rows += 2 * p.subscribers * max(1, p.data_bytes // p.slice_bytes)
     return 40.0 + 1.2e-6 * rows
+
+
+#: Dry-run columns shown on their own, so not repeated among the changed parameters.
+_SHOWN = ("seed", "nodes", "subscribers", "latency")
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def changed_params(spec: RunSpec) -> dict[str, Any]:
+    """The run's parameters that differ from its scenario's defaults (but the shown columns)."""
+    import dataclasses
+
+    ours = _flat(dataclasses.asdict(spec.params))
+    default = _flat(dataclasses.asdict(type(spec.params)()))
+    return {k: v for k, v in ours.items() if default.get(k) != v and k not in _SHOWN}
+
+
+def seeds_per_point(plan_runs: Sequence[RunSpec]) -> dict[str, int]:
+    """Seeds per point (a part's runs with equal settings but the seed), the fewest per part."""
+    points: dict[tuple[str, str], set[int]] = {}
+    for spec in plan_runs:
+        part = _part(spec.run_id)
+        key = json.dumps({k: v for k, v in spec.settings.items()}, sort_keys=True, default=str)
+        points.setdefault((part, key), set()).add(spec.seed)
+    out: dict[str, int] = {}
+    for (part, _), seeds in points.items():
+        out[part] = min(out.get(part, len(seeds)), len(seeds))
+    return out
+
+
+def chosen_plan(
+    evaluation: str, size: Size, parts: Sequence[str] = ()
+) -> tuple[Plan, dict[str, list[int]]]:
+    """The reproduction's plan and its parts' run indices, cut to ``parts`` when given."""
+    plan, members = reproduction_plan(evaluation, size)
+    if parts:
+        try:
+            plan, members = only_parts(plan, members, parts)
+        except ValueError as exc:
+            raise LocalProtocolError(str(exc)) from None
+    return plan, members
+
+
+def dry_run(
+    evaluation: str, size: Size, slots: int = 2, parts: Sequence[str] = (), out: Path | None = None
+) -> str:
+    """The plan (every run: part, scenario, nodes or subscribers, seed, latency model, the
+    parameters that differ from the scenario's defaults, its estimated solo time) and the
+    estimated wall time on this machine; nothing runs and nothing is written. With ``out``
+    (``--resume``), runs already finished there are marked and left out of the estimate."""
+    plan, members = chosen_plan(evaluation, size, parts)
+    reused = finished_runs(plan, out) if out is not None and out.is_dir() else {}
+    head = f"{'run':<46} {'part':<24} {'scenario':<8} {'nodes/subs':>10} {'seed':>4} "
+    lines = [
+        f"rangecast reproduce {evaluation} ({size.name}): {len(plan.runs)} runs, "
+        f"{size.note or size.name}",
+        head + f"{'latency':<10} {'est. solo':>9}  changed from the scenario's defaults",
+    ]
+    for spec in plan.runs:
+        p = spec.params
+        n = p.nodes if spec.scenario == "thesis" else p.subscribers
+        latency = getattr(p, "latency", "") or "-"
+        changed = ", ".join(f"{k}={v}" for k, v in changed_params(spec).items()) or "-"
+        lines.append(
+            f"{spec.run_id:<46} {_part(spec.run_id):<24} {spec.scenario:<8} {n:>10,} "
+            f"{spec.seed:>4} {latency:<10} "
+            f"{'finished' if spec.index in reused else _clock(estimate_s(spec)):>9}  {changed}"
+        )
+    per = seeds_per_point(plan.runs)
+    lines.append("")
+    for part, idx in members.items():
+        cause = CAUSE_PARTS.get(part)
+        solo = sum(estimate_s(plan.runs[i]) for i in idx)
+        lines.append(
+            f"{part}: {len(idx)} runs, {per.get(part, 0)} seeds per point, solo "
+            f"{_clock(solo)}" + (f" (cause part for Fig {', '.join(cause.figures)}: "
+                                 f"{cause.what})" if cause else "")
+        )  # fmt: skip
+    todo = [spec for spec in plan.runs if spec.index not in reused]
+    wall = estimate_wall_s(todo, slots)
+    measured = ", ".join(f"{n:,} nodes {t:.0f} s" for n, t in THESIS_SOLO_S.items())
+    if reused:
+        lines.append(f"finished already in {out}: {len(reused)} of {len(plan.runs)} runs")
+    lines.append(
+        f"estimated wall time: {_clock(wall)} ({slots} runs at a time, from the measured solo "
+        f"times of one thesis run: {measured}; then the report, "
+        f"{_clock(report_estimate_s(plan.runs))})"
+    )
+    return "\n".join(lines)
 
 
 def _clock(s: float) -> str:
@@ -167,15 +309,24 @@ def reproduce(
     force: bool = False,
     quiet: bool = False,
     jobs: int = 2,
+    parts: Sequence[str] = (),
+    resume: bool = False,
 ) -> Reproduction:
-    """Run ``evaluation`` (thesis, lbdd or all) into ``out``; ``size`` overrides ``quick``."""
+    """Run ``evaluation`` (thesis, lbdd or all) into ``out``; ``size`` overrides ``quick``.
+    ``parts``: only these parts' runs (and the figures they allow); ``resume``: keep the runs
+    an earlier reproduction into ``out`` finished with the same simulation code and parameters
+    (``sweep.runs.reusable``)."""
     size = size or (QUICK if quick else FULL)
-    plan, members = reproduction_plan(evaluation, size)
-    prepare_out(out, force)  # (refuses a file, a non-empty directory, an unwritable place)
-    progress = EtaProgress(plan.runs, quiet, _slots(master) if spark else jobs)
+    plan, members = chosen_plan(evaluation, size, parts)
+    # (refuses a file, a non-empty directory unless --force or --resume, an unwritable place)
+    prepare_out(out, force, resume)
+    reused = finished_runs(plan, out) if resume else {}
+    todo = [spec for spec in plan.runs if spec.index not in reused]
+    progress = EtaProgress(todo, quiet, _slots(master) if spark else jobs)
     progress.say(
         f"reproducing {evaluation} ({size.name}): {len(plan.runs)} runs "
         f"({', '.join(f'{k} {len(v)}' for k, v in members.items())}), then the report"
+        + (f"; {len(reused)} finished already in {out} (--resume)" if resume else "")
     )
     wall0 = time.perf_counter()
     session = None
@@ -194,6 +345,7 @@ def reproduce(
             report=False,
             quiet=quiet,
             force=True,
+            resume=resume,
             progress=progress,
         )
         progress.start_report()
@@ -216,13 +368,17 @@ def reproduce(
     figures = thesis_figures(recs, size.nodes)
     if any(r.part.startswith("lbdd-") for r in recs):
         figures += lbdd_figures(recs)
+    attach_causes(figures, recs)  # (and drops a cause naming a part that did not run)
+    notes.captions(recs, figures, size.note)  # sets each figure's full caption
     drawn = _draw(out, figures, built)
     problems = [f"run {f['run']} failed: {f['error']}" for f in swept.document["failures"]]
     if swept.mismatched:
         problems.append(f"{swept.mismatched} runs disagree with the oracle")
     if built["mismatches"]:
         problems.append(f"{built['mismatches']} recomputed figures disagree with the summaries")
-    expected = _expected(evaluation)
+    # A reproduction of some parts only (--parts) draws the figures they allow; the others are
+    # not missing, just not asked for.
+    expected = () if parts else _expected(evaluation)
     missing = [f for f in expected if f not in {g.figure for g in figures}]
     problems += [f"figure {f} was not produced" for f in missing]
     wall = time.perf_counter() - wall0
@@ -241,6 +397,7 @@ def reproduce(
         "command": f"rangecast reproduce {evaluation}"
         + (" --spark" if spark else "")
         + (" --quick" if size is QUICK else "")
+        + (f" --parts {','.join(parts)}" if parts else "")
         + f" --out {out}",
         "runs": len(plan.runs),
         "size_text": _size_text(size),
@@ -248,34 +405,79 @@ def reproduce(
         "wall_text": f"{wall:.0f} s",
         "recomputed_text": agree,
         "runs_page": "figures/runs.html",
+        "size": size.name,
+        "size_note": size.note,
+        "our_parameters": paper.our_parameters(),
     }
-    page.write_page(
-        out / "report.html",
-        figures,
-        drawn,
-        notes.explanations(recs, figures),
-        notes.context(recs, figures),
-        facts,
+    why = notes.explanations(recs, figures)
+    page.write_page(out / "report.html", figures, drawn, why, notes.context(recs, figures), facts)
+    document = build_document(evaluation, size, plan, members, figures, drawn, out, why)
+    document.update(
+        {
+            "wall_s": wall,
+            "failed": len(swept.document["failures"]),
+            "recomputed_mismatches": built["mismatches"],
+            "recomputed_runs": len(built["runs"]),
+            "problems": problems,
+        }
     )
-    document = {
+    (out / "reproduction.json").write_text(
+        json.dumps(document, indent=1, sort_keys=True, default=_json_default) + "\n"
+    )
+    progress.say(f"wrote {out / 'report.html'} and {out / 'reproduction.json'} ({wall:.0f} s)")
+    return Reproduction(out, document, figures, problems)
+
+
+def build_document(
+    evaluation: str,
+    size: Size,
+    plan: Any,
+    members: dict[str, list[int]],
+    figures: Sequence[FigureResult],
+    drawn: dict[str, list[tuple[Path, str]]],
+    out: Path,
+    why: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """reproduction.json but the facts only the finished runs know (wall_s, failed, problems,
+    recomputed_*), which ``reproduce`` adds."""
+    undecided = [
+        {"figure": f.figure, "quantity": c.quantity, "note": c.undecided_note}
+        for f in figures
+        for c in f.checks
+        if c.undecided
+    ]
+    return {
         "format": FORMAT,
-        "version": 1,
+        "version": 2,
         "evaluation": evaluation,
-        "size": {k: getattr(size, k) for k in size.__dataclass_fields__},
+        "size": size.name,
+        "size_note": size.note,
+        "size_params": {
+            k: getattr(size, k) for k in size.__dataclass_fields__ if k not in ("name", "note")
+        },
+        "seeds_per_point": seeds_per_point(plan.runs),
         "parts": {k: [plan.runs[i].run_id for i in v] for k, v in members.items()},
+        "cause_parts": {
+            k: {"figures": list(c.figures), "what": c.what}
+            for k, c in CAUSE_PARTS.items()
+            if k in members
+        },
         "tolerance": TOLERANCE,
-        "wall_s": wall,
+        "verdicts": list(VERDICTS),
+        "our_parameters": paper.our_parameters(),
         "runs": len(plan.runs),
-        "failed": len(swept.document["failures"]),
-        "recomputed_mismatches": built["mismatches"],
-        "recomputed_runs": len(built["runs"]),
-        "problems": problems,
+        "undecided": undecided,
         "figures": [
             {
                 "figure": f.figure,
                 "title": f.title,
                 "verdict": figure_verdict(f.checks),
-                "within_tolerance_or_better": figure_verdict(f.checks) in ("within", "better"),
+                "reproduced": figure_verdict(f.checks) == "reproduced",
+                "caption": f.caption,
+                "why": (why or {}).get(f.figure),
+                "x_label": f.x_label or None,
+                "y_label": f.y_label or None,
+                "paper_series": {k: [list(p) for p in v] for k, v in f.paper_series.items()},
                 "images": [str(p.relative_to(out)) for p, _ in drawn.get(f.figure, [])],
                 "checks": [c.as_dict() for c in f.checks],
             }
@@ -283,11 +485,6 @@ def reproduce(
         ],
         "html": "report.html",
     }
-    (out / "reproduction.json").write_text(
-        json.dumps(document, indent=1, sort_keys=True, default=_json_default) + "\n"
-    )
-    progress.say(f"wrote {out / 'report.html'} and {out / 'reproduction.json'} ({wall:.0f} s)")
-    return Reproduction(out, document, figures, problems)
 
 
 def _json_default(x: Any) -> Any:
@@ -323,57 +520,6 @@ def _bytes(n: int) -> str:
 def _draw(
     out: Path, figures: Sequence[FigureResult], built: dict[str, Any]
 ) -> dict[str, list[tuple[Path, str]]]:
-    """Our CI figure and the report's drawing of the figure (the first seed's runs)."""
-    import rangecast.analysis.report.paper as paper
-
-    figs = out / "figures"
-    drawn: dict[str, list[tuple[Path, str]]] = {}
-    report_figs = built["figures"]
-    runs = {r["dir"]: r for r in built["runs"]}
-
-    def first_seed(dirs: Sequence[str]) -> int:
-        return min(int(runs[d]["params"]["seed"]) for d in dirs if d in runs)
-
-    for f in figures:
-        mine: list[tuple[Path, str]] = []
-        slug = f.figure.replace(".", "_")
-        if f.figure in ("4.9", "4.10"):
-            lo, hi = paper.SCALE_MAX_LATENCY_MS
-            pts: list[Any] = (
-                [
-                    ("thesis (King): mean", sorted(paper.SCALE_AVG_LATENCY_MS.items()), "line"),
-                    ("thesis (King): maximum 1.6-1.8 s", ((1000, 5000), (lo, hi)), "band"),
-                ]
-                if f.figure == "4.9"
-                else [("thesis: mean at 1,000 nodes", [(1000, paper.PUBLISH_MEAN_B)], "line")]
-            )
-            ylabel = "delivery latency (ms)" if f.figure == "4.9" else "bytes per event per node"
-            p = page.scaling_figure(figs / f"ci-fig{slug}.png", f, ylabel, pts)
-            mine.append((p, f"Fig {f.figure} over the seeds: mean and 95% CI per point."))
-        elif f.figure == "LBDD-tree":
-            p = page.lbdd_tree_figure(figs / "ci-lbdd-tree.png", f, paper.LBDD_DEPTH)
-            mine.append((p, "Tree depth and publisher contribution against n, 95% CI."))
-        elif f.figure == "LBDD-rate":
-            p = page.lbdd_rate_figure(figs / "ci-lbdd-rate.png", f)
-            mine.append((p, "Rate per subscriber against n, LBDD and point-to-point, 95% CI."))
-        elif f.figure == "LBDD-8GB":
-            q = page.lbdd_transfer_figure(figs / "ci-lbdd-8gb.png", f)
-            if q is not None:
-                mine.append((q, "Transfer times, paper vs ours (mean of the seeds, 95% CI)."))
-        if f.figure[0].isdigit() and f.figure not in ("4.9", "4.10"):
-            q = page.ratio_figure(figs / f"ci-fig{slug}.png", f)
-            if q is not None:
-                mine.append((q, "Ours / paper for every stated value, 95% CI over the seeds."))
-        # The report's own drawing: for a per-run figure, the first seed's run (or pair).
-        candidates = [g for g in report_figs if g["figure"] == f.figure]
-        if candidates:
-            best = min(candidates, key=lambda g: (first_seed(g["dirs"]), len(g["title"])))
-            mine.append(
-                (
-                    Path(best["path"]),
-                    f"The report's {best['title']} (seed "
-                    f"{first_seed(best['dirs'])}): {best['caption'][:400]}",
-                )
-            )
-        drawn[f.figure] = mine
-    return drawn
+    """Every figure's images (page.draw: ours and the paper's values on one plot, then the
+    report's own drawing of the first seed's run)."""
+    return page.draw(out, figures, built)

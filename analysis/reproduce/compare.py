@@ -4,19 +4,25 @@ Every published value the report knows (analysis/report/paper.py) becomes a ``Ch
 paper's value (or range, or trend), ours as the mean over the seeds with a 95% confidence
 interval (Student's t over the per-seed values, each seed one independent run), their ratio, and
 a verdict against a tolerance. The tolerances are defined here and nowhere else
-(``TOLERANCE``), and the page and docs/reproduce.md quote them:
+(``TOLERANCE``), and the page and docs/reproduce.md quote them. The verdicts are two-sided
+(``VERDICTS``):
 
-* ``within``: ours is within the tolerance of the paper's value (or inside its stated range, or
-  follows its stated trend);
-* ``better``: beyond the tolerance on the good side (lower latency or bytes, a larger saving, a
-  higher speed-up);
-* ``outside``: beyond it on the other side, or against the trend;
+* ``reproduced``: ours is within the tolerance of the paper's value on either side (or inside
+  its stated range, or follows its stated trend). Better than the paper beyond the tolerance is
+  not a pass: it differs as much as worse does;
+* ``differs, explained``: outside the tolerance, and the figure builder attached a ``Cause``
+  measured by a run that is part of the same reproduction (named in ``Cause.measured_by``);
+* ``differs``: outside the tolerance, no measured cause;
 * ``n/a``: the paper states the value for a setting this run does not have (the LBDD paper's
-  n = 100..500 in a --quick run), or there is no value of ours.
+  n = 100..500 in a --quick run), there is no value of ours, or the check is ``info`` (shown
+  beside the verdicts, e.g. absolute bytes across two encodings, never a verdict).
 
-Latencies are compared in units of each side's mean RTT (the thesis' King data set: 180 ms,
-Table 4.5 per size; ours: the latency model's), since the two latency models differ by a factor
-the protocol has nothing to do with; both raw values are kept too.
+A check is ``undecided`` when its 95% interval straddles a tolerance bound (or there is one
+seed, so no interval): its verdict is then too wide to decide, which the page and the JSON say.
+
+Latencies are compared in units of each side's mean RTT (the thesis' King subsets: Table 4.5,
+175 ms at 1,000 nodes; ours: the latency model's), since the two latency models differ by a
+factor the protocol has nothing to do with; both raw values are kept too.
 """
 
 from __future__ import annotations
@@ -26,20 +32,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Relative tolerance of a ratio ours / paper: within when 1/(1 + t) <= ratio <= 1 + t.
+VERDICTS = ("reproduced", "differs, explained", "differs", "n/a")
+#: Relative tolerance of a ratio ours / paper: reproduced when 1/(1 + t) <= ratio <= 1 + t.
 REL_TOL = 0.25
 #: Absolute tolerance of a relative change (multicast probes' and load balancing's savings).
 CHANGE_TOL = 0.15
 #: Relative tolerance of a value the paper derives exactly (LBDD's mean out-degree of 2).
 EXACT_TOL = 0.10
-#: Every tolerance by the kind of comparison it governs (written into reproduction.json).
+#: Every tolerance by the kind of comparison it governs (written into reproduction.json). Every
+#: one is two-sided; ``good_side`` only says which side the paper calls good, for wording.
 TOLERANCE: dict[str, dict[str, Any]] = {
-    "lower": {"relative": REL_TOL, "better": "lower"},
-    "higher": {"relative": REL_TOL, "better": "higher"},
-    "match": {"relative": EXACT_TOL, "better": None},
-    "change": {"absolute": CHANGE_TOL, "better": "larger saving"},
-    "range": {"inside": True, "better": "below, for latencies"},
+    "lower": {"relative": REL_TOL, "two_sided": True, "good_side": "lower"},
+    "higher": {"relative": REL_TOL, "two_sided": True, "good_side": "higher"},
+    "match": {"relative": EXACT_TOL, "two_sided": True, "good_side": None},
+    "change": {"absolute": CHANGE_TOL, "two_sided": True, "good_side": "larger saving"},
+    "range": {"inside": True, "two_sided": True},
     "trend": {"direction": "as stated"},
+    "info": {"verdict": None, "why": "shown beside the verdicts, never one"},
 }
 #: Two-sided 95% Student t quantiles by degrees of freedom (seeds - 1); beyond, the normal's.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
@@ -82,6 +91,20 @@ def stat_of(pairs: Sequence[tuple[int, float | None]]) -> Stat | None:
     return Stat.of([v for _, v in got], [s for s, _ in got])
 
 
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """A measured reason why ours differs from the paper."""
+
+    #: Generated from the numbers it explains (an f-string over the measured values).
+    text: str
+    #: The reproduction parts (plan names, e.g. "thesis-lb-c0.5") whose runs measure the
+    #: cause; they must be parts of the same reproduction.
+    measured_by: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "measured_by": list(self.measured_by)}
+
+
 @dataclass
 class Check:
     """One published value against ours."""
@@ -105,6 +128,11 @@ class Check:
     #: Why the check does not apply (``n/a``), if it does not.
     not_applicable: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Set by the figure builder when a run of the reproduction measures why ours differs.
+    cause: Cause | None = None
+    #: "trend" checks: the value of ``ours`` at which the trend flips (e.g. a ratio of 1), so
+    #: an interval across it is undecided.
+    threshold: float | None = None
 
     @property
     def compared(self) -> tuple[float, float] | None:
@@ -126,37 +154,89 @@ class Check:
         paper, ours = pair
         return ours / paper if paper else None
 
-    @property
-    def verdict(self) -> str:
-        if self.not_applicable or self.ours is None:
-            return "n/a"
+    def _within(self) -> bool | None:
+        """Whether ours is within the tolerance (two-sided); None when it cannot be said."""
+        if self.kind == "info" or self.not_applicable or self.ours is None:
+            return None
         if self.kind == "trend":
-            return "n/a" if self.holds is None else "within" if self.holds else "outside"
+            return self.holds
         if self.kind == "range":
             lo, hi = self.paper_range or (math.nan, math.nan)
-            m = self.ours.mean
-            if lo <= m <= hi:
-                return "within"
-            return "better" if m < lo and self.extra.get("lower_better") else "outside"
+            return lo <= self.ours.mean <= hi
         if self.kind == "change":
             pair = self.compared
-            if pair is None:
-                return "n/a"
-            paper, ours = pair
-            if abs(ours - paper) <= CHANGE_TOL:
-                return "within"
-            return "better" if ours < paper else "outside"
+            return None if pair is None else abs(pair[1] - pair[0]) <= CHANGE_TOL
         r = self.ratio
         if r is None:
-            return "n/a"
+            return None
         tol = EXACT_TOL if self.kind == "match" else REL_TOL
-        if 1 / (1 + tol) <= r <= 1 + tol:
-            return "within"
-        if self.kind == "lower" and r < 1:
-            return "better"
-        if self.kind == "higher" and r > 1:
-            return "better"
-        return "outside"
+        return 1 / (1 + tol) <= r <= 1 + tol
+
+    @property
+    def verdict(self) -> str:
+        within = self._within()
+        if within is None:
+            return "n/a"
+        if within:
+            return "reproduced"
+        return "differs, explained" if self.cause is not None else "differs"
+
+    @property
+    def reproduced(self) -> bool:
+        return self.verdict == "reproduced"
+
+    def bounds(self) -> tuple[float, ...]:
+        """The tolerance's bounds on ours, in the units ``compared`` uses (empty: none)."""
+        if self.kind == "range" and self.paper_range is not None:
+            return self.paper_range
+        if self.kind == "trend":
+            return () if self.threshold is None else (self.threshold,)
+        pair = self.compared
+        if pair is None or self.kind == "info":
+            return ()
+        paper = pair[0]
+        if self.kind == "change":
+            return (paper - CHANGE_TOL, paper + CHANGE_TOL)
+        tol = EXACT_TOL if self.kind == "match" else REL_TOL
+        return (paper / (1 + tol), paper * (1 + tol))
+
+    def interval(self) -> tuple[float, float] | None:
+        """Ours' 95% interval in the compared units (a normalised latency's interval scaled by
+        the same factor as its mean); None without one (one seed)."""
+        if self.ours is None or math.isnan(self.ours.half):
+            return None
+        lo, hi = self.ours.mean - self.ours.half, self.ours.mean + self.ours.half
+        if self.normalised is not None and self.ours.mean:
+            f = self.normalised[1] / self.ours.mean
+            lo, hi = lo * f, hi * f
+        return lo, hi
+
+    @property
+    def undecided(self) -> bool:
+        """The verdict is too wide to decide: the 95% interval straddles a tolerance bound, or
+        there is no interval (one seed)."""
+        if self.verdict == "n/a":
+            return False
+        iv = self.interval()
+        if iv is None:
+            return True
+        lo, hi = iv
+        return any(lo < b < hi for b in self.bounds())
+
+    @property
+    def undecided_note(self) -> str:
+        """Why the verdict is undecided, generated from the interval and bounds ("" if not)."""
+        if not self.undecided:
+            return ""
+        if self.ours is None or math.isnan(self.ours.half):
+            return "one seed: no interval, the verdict is too wide to decide"
+        lo, hi = self.interval() or (math.nan, math.nan)
+        cut = [f"{b:.4g}" for b in self.bounds() if lo < b < hi]
+        word = "bound" if len(cut) == 1 else "bounds"
+        return (
+            f"the 95% interval [{lo:.4g}, {hi:.4g}] over {len(self.ours.values)} seeds "
+            f"straddles the tolerance {word} {' and '.join(cut)}: too wide to decide"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -176,22 +256,25 @@ class Check:
             "ratio": self.ratio,
             "tolerance": TOLERANCE[self.kind],
             "verdict": self.verdict,
-            "within_tolerance_or_better": self.verdict in ("within", "better"),
-            "not_applicable": self.not_applicable or None,
+            "reproduced": self.reproduced,
+            "undecided": self.undecided,
+            "undecided_note": self.undecided_note or None,
+            "cause": self.cause.as_dict() if self.cause else None,
+            "not_applicable": self.not_applicable
+            or ("shown beside the verdicts, not a verdict" if self.kind == "info" else None),
             "source": self.source,
             **({"extra": self.extra} if self.extra else {}),
         }
 
 
 def figure_verdict(checks: Sequence[Check]) -> str:
-    """A figure's verdict: ``outside`` if any check is, else ``within`` / ``better`` (all
-    better), ``n/a`` when none applies."""
-    verdicts = [c.verdict for c in checks if c.verdict != "n/a"]
-    if not verdicts:
-        return "n/a"
-    if "outside" in verdicts:
-        return "outside"
-    return "better" if all(v == "better" for v in verdicts) else "within"
+    """A figure's verdict: ``differs`` if any check differs; else ``differs, explained`` if any
+    is explained; else ``reproduced`` if any applies; else ``n/a``."""
+    verdicts = {c.verdict for c in checks}
+    for v in ("differs", "differs, explained", "reproduced"):
+        if v in verdicts:
+            return v
+    return "n/a"
 
 
 def fmt_stat(s: Stat | None, unit: str = "") -> str:

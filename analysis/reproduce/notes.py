@@ -1,14 +1,22 @@
-"""Why our figures differ from the papers', one or two sentences per figure, with the reasons
-measured from the runs where the runs can measure them (the latency models' mean RTTs, our
-messages' encoded sizes, the LBDD trees' out-degrees), the rest from the docs (docs/report.md,
-docs/sweeps.md, docs/lbdd.md)."""
+"""The words beside each figure, every one generated from the numbers it is about: the context
+(latency models, mean RTTs, seeds), the caption (setup, seeds, what differs from the paper) and
+"why ours differs" (each differing check's numbers, and its measured cause when a run of the
+reproduction measures one; otherwise it says plainly that the cause is not measured).
+
+Nothing here is fixed prose about our results: a sentence either formats a measured value (a
+ratio, a mean message size, a mean RTT) or states what the check or run set-up is."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import rangecast.analysis.report.paper as paper
+from rangecast.analysis.reproduce.compare import CHANGE_TOL, EXACT_TOL, REL_TOL, Check, fmt_stat
 from rangecast.analysis.reproduce.evaluate import FigureResult, RunRecord
+
+#: Figures drawn from the base run and its variants (the thesis' 1,000-node run).
+RUN_FIGURES = ("4.1", "4.2", "4.3", "4.4", "4.5", "4.6", "4.7", "4.8")
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -26,98 +34,199 @@ def _msg_size(runs: Sequence[RunRecord], types: Sequence[str]) -> float:
     return b / m if m else float("nan")
 
 
+def _seeds(f: FigureResult) -> list[int]:
+    return sorted({s for c in f.checks if c.ours for s in c.ours.seeds})
+
+
+def _runs_of(recs: Sequence[RunRecord], figure: str) -> list[RunRecord]:
+    """The runs a figure is drawn from (its parts' runs; cause parts are named by the causes)."""
+    if figure in ("4.1", "4.2", "4.3", "4.4"):
+        parts: tuple[str, ...] = ("thesis-base",)
+    elif figure in ("4.5", "4.6"):
+        parts = ("thesis-base", "thesis-probe")
+    elif figure in ("4.7", "4.8"):
+        parts = ("thesis-base", "thesis-lb")
+    elif figure in ("4.9", "4.10"):
+        return [r for r in recs if r.part == "thesis-base" or r.part.startswith("thesis-scale")]
+    else:
+        return [r for r in recs if r.part.startswith("lbdd-")]
+    return [r for r in recs if r.part in parts]
+
+
 def context(recs: Sequence[RunRecord], figures: Sequence[FigureResult]) -> dict[str, str]:
-    """Per figure: the latency model(s) and the seeds its runs used."""
+    """Per figure: the latency model(s) with their measured mean RTTs, and the seeds."""
     out: dict[str, str] = {}
-    models: dict[str, set[str]] = {}
-    for r in recs:
-        models.setdefault(r.latency, set()).add(f"{r.mean_rtt_ms:.0f}")
     for f in figures:
-        seeds = sorted({s for c in f.checks if c.ours for s in c.ours.seeds})
+        runs = _runs_of(recs, f.figure)
+        models: dict[str, list[float]] = {}
+        for r in runs:
+            if r.latency and r.mean_rtt_ms > 0:
+                models.setdefault(r.latency, []).append(r.mean_rtt_ms)
+        shown = [f"{m} (mean RTT {_mean(v):.0f} ms)" for m, v in sorted(models.items())]
         thesis = f.figure[0].isdigit()
-        shown = [
-            f"{m} (mean RTT {'/'.join(sorted(rtts))} ms)"
-            for m, rtts in sorted(models.items())
-            if m and (thesis or m == "synthetic")
-        ]
-        if f.figure in {"4.1", "4.2", "4.3", "4.4", "4.5", "4.6", "4.7", "4.8"}:
-            shown = [s for s in shown if s.startswith("synthetic")]
+        king = (
+            f"; the thesis: King, mean RTT {paper.THESIS_RUN_RTT_MS:g} ms at 1,000 nodes "
+            "(Table 4.5, per size for Fig 4.9)"
+            if thesis
+            else ""
+        )
+        seeds = _seeds(f)
         out[f.figure] = (
-            f"Latency model: {', '.join(shown) or 'synthetic'}"
-            + ("; the thesis: King (mean RTT 180 ms)" if thesis else "")
-            + f". Seeds: {', '.join(map(str, seeds)) or 'none'} (one independent run each)."
+            (f"Latency model: {', '.join(shown)}{king}. " if shown or thesis else "")
+            + f"Seeds: {', '.join(map(str, seeds)) or 'none'} ({len(seeds)} independent runs"
+            " per point)."
         )
     return out
 
 
+def _num(x: float, unit: str) -> str:
+    if unit == "fraction":
+        return f"{x:.1%}"
+    if unit == "relative":
+        return f"{x:+.1%}"
+    if unit == "x":
+        return f"{x:.3g}x"
+    return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def describe(c: Check) -> str:
+    """One check's comparison in words, generated from its numbers ("" when it has none)."""
+    if c.ours is None:
+        return ""
+    ours = fmt_stat(c.ours, c.unit)
+    if c.kind == "change" and c.compared is not None:
+        p, o = c.compared
+        return (
+            f"{c.quantity}: ours {_num(o, 'relative')} against the paper's "
+            f"{_num(p, 'relative')}, {abs(o - p) * 100:.1f} points apart (tolerance "
+            f"{CHANGE_TOL * 100:.0f})"
+        )
+    if c.kind == "range" and c.paper_range is not None:
+        lo, hi = c.paper_range
+        m = c.ours.mean
+        where = "below" if m < lo else "above" if m > hi else "inside"
+        return f"{c.quantity}: ours {ours} is {where} the stated {_num(lo, '')}-{_num(hi, '')}"
+    if c.kind == "trend":
+        follows = "follows" if c.holds else "does not follow"
+        return f"{c.quantity}: ours {ours} {follows} the stated trend ({c.paper_text})"
+    r = c.ratio
+    if r is None or c.compared is None:
+        return ""
+    tol = EXACT_TOL if c.kind == "match" else REL_TOL
+    p, o = c.compared
+    if r >= 1:
+        how = f"{r:.2f}x the paper's"
+    elif r > 0:
+        how = f"{1 / r:.2f}x lower than the paper's"
+    else:
+        how = "zero against the paper's"
+    if c.normalised is not None:
+        unit = " mean RTTs"
+    else:
+        unit = "" if c.unit in ("", "fraction", "relative", "x") else f" {c.unit}"
+    return (
+        f"{c.quantity}: ours {_num(o, c.unit)}{unit} is {how} {_num(p, c.unit)}{unit} "
+        f"(tolerance {1 / (1 + tol):.2f}-{1 + tol:.2f}x)"
+    )
+
+
 def explanations(recs: Sequence[RunRecord], figures: Sequence[FigureResult]) -> dict[str, str]:
+    """Per figure: every differing check in numbers, each with its measured cause or the plain
+    statement that no run of this reproduction measures one; the too-wide intervals; then the
+    measured facts that bear on the comparison (our message sizes, our mean RTT)."""
     base = [r for r in recs if r.part == "thesis-base"]
-    rtt = _mean([r.mean_rtt_ms for r in base])
-    probe_b = _msg_size(base, ("ProbePub", "ProbeSub"))
+    rtt = _mean([r.mean_rtt_ms for r in base if r.mean_rtt_ms > 0])
+    probe_b = _msg_size(base, ("ProbePub", "ProbePubMulticast", "ProbeSub"))
     deliver_b = _msg_size(base, ("EventDelivery",))
     nodes = int(base[0].params.get("nodes", 0)) if base else 0
-    size_note = (
-        ""
-        if nodes == paper.THESIS_NODES
-        else f" Our base network has {nodes:,} nodes, the thesis' {paper.THESIS_NODES:,}."
-    )
-    enc = (
-        f"The thesis counts Java-serialised messages (class descriptors and field names in "
-        f"every message); ours are our compact wire encoding (docs/wire.md): a probe is "
-        f"{probe_b:.0f} B on average and a delivery {deliver_b:.0f} B in these runs, so our bytes "
-        f"are several times lower for the same protocol work."
-    )
-    lat = (
-        f"Our synthetic latency model has a mean RTT of {rtt:.0f} ms against King's 180 ms, so "
-        f"raw latencies are about {rtt / paper.THESIS_MEAN_RTT_MS:.0%} of the thesis' for the "
-        "same hop count; the verdict compares both in units of the mean RTT."
-    )
-    out = {
-        "4.1": lat
-        + " Installation also waits for the subscription's tree node through RndLeafProbe, "
-        "whose probe levels (docs/overlay.md) differ from FreePastry's parameters." + size_note,
-        "4.2": enc + size_note,
-        "4.3": lat
-        + " Notifications go straight from the matching tree node to the subscriber (one "
-        "overlay route), so the spread is that of the route lengths." + size_note,
-        "4.4": enc + " The shape (most nodes cheap, a long tail of tree-root hosts) is the "
-        "thesis'." + size_note,
-        "4.5": enc + " Multicast probes save less here because our unicast probes are already "
-        "small: grouping by prefix saves the repeated headers, a smaller share of a compact "
-        "message than of a Java-serialised one.",
-        "4.6": enc + " The busiest nodes host the upper levels of the 2d-tree; their load "
-        "depends on the tree's split order more than on the encoding.",
-        "4.7": enc + " Our base run (unicast probes, no load balancing) is the same run as Fig "
-        "4.5's; the thesis' Fig 4.7 baseline (2.12 kB) is a different setting from its Fig 4.5 "
-        "baseline (1.48 kB), which it does not describe further.",
-        "4.8": "The thesis gives no number for the 125 busiest nodes, only that the top 20 are "
-        "'reduced significantly'; we check the direction. " + enc,
-        "4.9": lat
-        + " The thesis' maxima (1.6-1.8 s) come from King's long tail of slow pairs; the "
-        "synthetic model has a short tail, the measured PlanetLab matrix (docs/sweeps.md) a "
-        "longer one, which shows in our maxima. We run fewer and smaller sizes than the "
-        "thesis' 1,000-5,000 to stay within an hour (docs/reproduce.md).",
-        "4.10": enc + " As in the thesis the average falls slightly and the maximum grows with "
-        "the network: the upper tree levels' hosts see every event whatever the size.",
-        "LBDD-tree": "Our default rule merges sparse low buckets and widens overloaded ones "
-        "(docs/lbdd.md), which bounds the depth by floor(log2 n) + 1 and makes the publisher "
-        "send 2-3 copies; the paper's '24..32 at n = 500' is its typical range: the lowest "
-        "occupied bucket varies with the random addresses (19..25 over 20 seeds in docs/lbdd.md).",
-        "LBDD-rate": "Every host has a 100 Mbit/s uplink (the paper's LAN); a pipelined transfer "
-        "runs at uplink / (largest out-degree), so our LBDD rate is 33-50 Mbit/s with trees of "
-        "out-degree 2-3, against about 24 Mbit/s on the paper's tree of out-degree 4 and real "
-        "hardware; point-to-point falls as 100/n.",
-        "LBDD-8GB": _transfer_note(figures),
-    }
+    out: dict[str, str] = {}
+    for f in figures:
+        parts: list[str] = []
+        for c in f.checks:
+            if c.verdict not in ("differs", "differs, explained"):
+                continue
+            said = describe(c)
+            if c.cause is not None:
+                parts.append(
+                    f"{said}. Measured cause ({', '.join(c.cause.measured_by)}): {c.cause.text}"
+                )
+            elif c.extra.get("measured"):
+                # A cause run that ran but does not bring ours to the paper: its numbers, and
+                # plainly no explanation.
+                parts.append(
+                    f"{said}. Not explained: {c.extra['measured']} (not enough to explain it)"
+                )
+            else:
+                parts.append(f"{said}. Cause not measured by this reproduction.")
+        wide = [f"{c.quantity}: {c.undecided_note}" for c in f.checks if c.undecided]
+        if wide:
+            parts.append("Too wide to decide: " + "; ".join(wide))
+        if not parts:
+            judged = [c for c in f.checks if c.verdict != "n/a"]
+            parts.append(
+                f"All {len(judged)} applicable checks are within their tolerance."
+                if judged
+                else "No check here is a verdict (our variant, or values shown beside)."
+            )
+        if f.figure in ("4.2", "4.4", "4.5", "4.6", "4.7", "4.8", "4.10") and not math.isnan(
+            probe_b
+        ):
+            parts.append(
+                f"Absolute bytes are shown, not judged: in these runs a probe is {probe_b:.0f} B "
+                f"and a delivery {deliver_b:.0f} B in our wire encoding; the thesis' sizes are "
+                "Java-serialised (4.3.1), which it does not give per message."
+            )
+        if f.figure in ("4.1", "4.3", "4.9") and not math.isnan(rtt):
+            parts.append(
+                f"Our synthetic model's mean RTT is {rtt:.0f} ms, "
+                f"{rtt / paper.THESIS_RUN_RTT_MS:.2f}x Table 4.5's "
+                f"{paper.THESIS_RUN_RTT_MS:g} ms: latencies are judged in mean RTTs."
+            )
+        if f.figure in RUN_FIGURES and nodes and nodes != paper.THESIS_NODES:
+            parts.append(
+                f"Our base network has {nodes:,} nodes, the thesis' {paper.THESIS_NODES:,}."
+            )
+        out[f.figure] = " ".join(p if p.endswith(".") else p + "." for p in parts)
     return out
 
 
-def _transfer_note(figures: Sequence[FigureResult]) -> str:
-    degree = next((f.series.get("max_out_degree") for f in figures if f.figure == "LBDD-8GB"), [])
-    d = f"{degree[0][1].mean:.1f}" if degree else "2-3"
-    return (
-        f"Point-to-point takes 11 x 8 GB x 8 / 100 Mbit/s in both (the publisher's uplink is the "
-        f"bottleneck); LBDD's time is set by the largest out-degree, {d} on average over our "
-        "seeds' trees against 4 in the paper's LAN tree (docs/lbdd.md), so our speed-up is "
-        "higher than the paper's 2.59; the simulator has no disk, kernel or switch overheads."
-    )
+def captions(
+    recs: Sequence[RunRecord], figures: Sequence[FigureResult], size_note: str
+) -> dict[str, str]:
+    """Per figure, the full caption (setup, seeds, what differs), set on the figure unless its
+    builder wrote one (then only the size's note is added)."""
+    ctx = context(recs, figures)
+    out: dict[str, str] = {}
+    for f in figures:
+        runs = _runs_of(recs, f.figure)
+        setups = sorted(
+            {
+                ", ".join(
+                    f"{k} {v}"
+                    for k, v in sorted(r.params.items())
+                    if k in ("nodes", "events", "subs_per_node", "subscribers", "data_bytes")
+                )
+                for r in runs
+            }
+        )
+        parts = sorted({r.part for r in runs})
+        kinds = {c.kind for c in f.checks}
+        verdicts = sum(c.verdict != "n/a" for c in f.checks)
+        judged = (
+            f"{verdicts} of {len(f.checks)} values judged"
+            + (", absolute bytes shown beside them (info)" if "info" in kinds else "")
+            + "."
+        )
+        if f.caption:  # the figure builder wrote its own: keep it, add the size's note
+            if size_note and size_note not in f.caption:
+                f.caption = f"{f.caption.rstrip()} Size: {size_note}."
+            out[f.figure] = f.caption
+            continue
+        f.caption = (
+            f"Fig {f.figure}, {f.title}. Runs: {', '.join(parts) or 'none'}"
+            + (f" ({'; '.join(setups)})" if setups else "")
+            + f". {ctx.get(f.figure, '')} {judged} Error bars: 95% Student t over the seeds. "
+            + (f"Size: {size_note}." if size_note else "")
+        ).strip()
+        out[f.figure] = f.caption
+    return out

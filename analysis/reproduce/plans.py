@@ -14,8 +14,11 @@ starts):
   per subscriber count: the rate as subscribers grow) and ``lbdd-8gb`` (the paper's 8 GB to 11
   subscribers, LBDD against point-to-point).
 
-The base run and its pairs have ``seeds``; the other scalability points ``scale_seeds`` (fewer:
-they are the largest runs). The merged plan (``reproduction_plan``) runs as one sweep, one
+The base run and its pairs have ``seeds``; the other scalability points ``scale_seeds`` (five
+each at the full size, as every point). Cause parts (``CAUSE_PARTS``): the same figure with one
+cause removed or varied, registered by whoever measures the cause; their runs reach the figure
+builders (evaluate.CAUSE_EXPLAINERS), which attach the measured cause to the checks they explain.
+The merged plan (``reproduction_plan``) runs as one sweep, one
 Spark job, so the longest runs of any part start first; run directories are named
 ``rNNN_<part>_<grid values>_seed-S``.
 """
@@ -23,10 +26,12 @@ Spark job, so the longest runs of any part start first; run directories are name
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rangecast.analysis.sweep.plan import Plan, RunSpec, parse_plan
+from rangecast.sim.lbdd_experiment import TESTBED_FLOW_MBPS, TESTBED_UPLINK_MBPS
 
 EVALUATIONS = ("thesis", "lbdd", "all")
 #: The paper's transfer: 8 GB in 64 KB slices (read as GiB and KiB: 131,072 slices).
@@ -54,25 +59,29 @@ class Size:
     rate_bytes: int
     #: The 8 GB comparison: bytes sent to 11 subscribers.
     transfer_bytes: int
+    #: What the size's values can be used for (on the page and in reproduction.json).
+    note: str = ""
 
 
 #: The evaluations as the papers ran them (``--quick`` off): the thesis' 1,000 nodes and 10,000
-#: events, its five network sizes under both latency models, the LBDD paper's n = 100..500 and
-#: its 8 GB. Three seeds per point.
+#: events, its five network sizes (Table 4.5: 1,000, 1,740, 3,000, 4,000, 5,000) under both
+#: latency models, the LBDD paper's n = 100..500 and its 8 GB. Five seeds for every point, so
+#: every 95% interval is a Student t over at least five independent runs.
 FULL = Size(
     name="full",
-    seeds=(1, 2, 3),
+    seeds=(1, 2, 3, 4, 5),
     nodes=1000,
     events=10_000,
-    scale_nodes=(1000, 1740),
+    scale_nodes=(1000, 1740, 3000, 4000, 5000),
     latencies=("synthetic", "planetlab"),
-    scale_seeds=(1, 2),
+    scale_seeds=(1, 2, 3, 4, 5),
     tree_subscribers=(100, 200, 300, 400, 500),
-    rate_subscribers=(2, 4, 6, 8, 11),
+    rate_subscribers=tuple(range(1, 12)),
     rate_bytes=256 * 1024**2,
     transfer_bytes=PAPER_BYTES,
+    note="the papers' setting: every point over five seeds",
 )
-#: ``--quick``: every figure from tiny networks and two seeds, in about a minute: what CI runs
+#: ``--quick``: every figure from tiny networks and two seeds: what CI runs
 #: (tests/test_reproduce.py), to show the whole chain works; its values are not the papers'
 #: setting (the full size is).
 QUICK = Size(
@@ -84,9 +93,12 @@ QUICK = Size(
     latencies=("synthetic", "planetlab"),
     scale_seeds=(1, 2),
     tree_subscribers=(8, 16),
-    rate_subscribers=(3, 11),
-    rate_bytes=256 * 1024,
-    transfer_bytes=1024**2,
+    rate_subscribers=(1, 6, 11),
+    rate_bytes=16 * 1024**2,
+    transfer_bytes=16 * 1024**2,
+    note="quick: tiny networks and two seeds; its values only show that the chain works "
+    "(runs, recomputation, comparison, page), they are not the papers' setting and say "
+    "nothing about how close we are",
 )
 SIZES = {s.name: s for s in (FULL, QUICK)}
 
@@ -111,13 +123,23 @@ def _plan(
     return parse_plan("\n".join(lines) + "\n", f"<reproduce>/{name}.toml")
 
 
+def thesis_common(size: Size) -> dict[str, Any]:
+    """The base run's settings (Figs 4.1-4.8), which every variant and cause part starts from."""
+    return {
+        "events": size.events,
+        "subs_per_node": 5.0,
+        "nodes": size.nodes,
+        "latency": "synthetic",
+    }
+
+
 def thesis_plans(size: Size) -> list[Plan]:
     """Figs 4.1-4.10: the scalability series (whose base point is Figs 4.1-4.4's run) and the
-    probe and load-balancing variants of the base run."""
+    probe and load-balancing variants of the base run, then the registered cause parts."""
     if size.nodes not in size.scale_nodes or "synthetic" not in size.latencies:
         raise ValueError(f"size {size.name}: the base run must be a synthetic scalability point")
-    common = {"events": size.events, "subs_per_node": 5.0}
-    base = {**common, "nodes": size.nodes, "latency": "synthetic"}
+    base = thesis_common(size)
+    common = {k: base[k] for k in ("events", "subs_per_node")}
     plans = [
         _plan("thesis-base", "thesis", size.seeds, base, {}),
         _plan("thesis-probe", "thesis", size.seeds, base, {"probe": ("multicast",)}),
@@ -138,26 +160,112 @@ def thesis_plans(size: Size) -> list[Plan]:
                     grid,
                 )
             )
+    plans += [c.build(size) for c in CAUSE_PARTS.values() if c.evaluation == "thesis"]
     return plans
 
 
+# ------------------------------------------------------------------------------ cause parts
+
+
+@dataclass(frozen=True, slots=True)
+class CausePart:
+    """A part of the reproduction that measures why a figure differs: the same figure with one
+    cause removed or varied."""
+
+    #: The part's name (a plan name: letters, digits, "-" and "."; no "_", which separates the
+    #: run directory's fields), e.g. "thesis-lb-c0.5".
+    name: str
+    #: The figures whose checks it explains (evaluate.CAUSE_EXPLAINERS attaches the causes).
+    figures: tuple[str, ...]
+    #: One line: which cause it removes or varies (shown in the dry-run and the JSON).
+    what: str
+    #: Its plan at a size (``variant`` builds the usual one).
+    build: Callable[[Size], Plan]
+    evaluation: str = "thesis"
+
+
+#: Every cause part by name, in registration order; ``parts`` adds them to their evaluation.
+CAUSE_PARTS: dict[str, CausePart] = {}
+
+
+def register_cause_part(part: CausePart) -> CausePart:
+    """Add ``part`` to every reproduction of its evaluation (full and quick)."""
+    if "_" in part.name or not part.name.startswith(part.evaluation + "-"):
+        raise ValueError(f"cause part {part.name!r}: no '_', and start with {part.evaluation}-")
+    CAUSE_PARTS[part.name] = part
+    return part
+
+
+def variant(
+    name: str, overrides: dict[str, Any], grid: dict[str, Any] | None = None
+) -> Callable[[Size], Plan]:
+    """A builder of "the base run with ``overrides``" (and an optional grid), over the size's
+    seeds: ``register_cause_part(CausePart("thesis-lb-c0.5", ("4.7",), "cut-off c = 0.5",
+    variant("thesis-lb-c0.5", {"lb": True, "cutoff": 0.5})))``."""
+
+    def build(size: Size) -> Plan:
+        return _plan(name, "thesis", size.seeds, {**thesis_common(size), **overrides}, grid or {})
+
+    return build
+
+
+#: Fig 4.7: load balancing's saving against RndRegionProbe's p, which is ours (the thesis names
+#: "a probability p" in 3.4.1 without a value). The values were chosen before the runs, around
+#: our default 0.7 (the base pair); causes.py explains with them.
+LB_P_PART = "thesis-lb-p"
+LB_P_VALUES = (0.5, 0.9)
+register_cause_part(
+    CausePart(
+        LB_P_PART,
+        ("4.7",),
+        "RndRegionProbe p (ours) at 0.5 and 0.9, without and with load balancing",
+        variant(LB_P_PART, {}, {"p": LB_P_VALUES, "lb": (False, True)}),
+    )
+)
+#: Fig 4.6: multicast probes with the leaf-table forwards of internal tree nodes sent one by
+#: one (section 4.2.1's reading) instead of grouped (ours, Program 3.3's).
+FWD_UNICAST_PART = "thesis-probe-fwd-unicast"
+register_cause_part(
+    CausePart(
+        FWD_UNICAST_PART,
+        ("4.6",),
+        "multicast probes, leaf-table forwards sent one by one (forward = unicast)",
+        variant(FWD_UNICAST_PART, {"probe": "multicast", "forward": "unicast"}),
+    )
+)
+
+
 def lbdd_plans(size: Size) -> list[Plan]:
-    """The LBDD paper's table and figures: tree shape, rate as subscribers grow, 8 GB."""
+    """The LBDD paper's table and figures, every run with the paper's bucket rule unless named
+    otherwise: ``lbdd-trees`` (tree shape, n = 100..500), ``lbdd-rate`` (Figs 2 and 3: rate and
+    publisher load as subscribers grow, on our model of the paper's testbed: uplinks U and a
+    per-flow cap f, sim.lbdd_experiment.TESTBED_*), ``lbdd-rate-nocap`` (the same without the
+    flow cap: the cause removed), ``lbdd-8gb`` (8 GB to 11 subscribers on the testbed model),
+    and ``lbdd-near`` (our near-bucket variant, 11 subscribers, with and without the cap)."""
+    # Written out although they are sim lbdd's defaults: the plan says what it runs.
+    uplink = {"uplink_mbps": TESTBED_UPLINK_MBPS}
+    testbed = {**uplink, "flow_mbps": TESTBED_FLOW_MBPS}
+    nocap = {**uplink, "flow_mbps": 0.0}
+    rate = {"subscribers": size.rate_subscribers}
     return [
         _plan("lbdd-trees", "lbdd", size.seeds, {}, {"subscribers": size.tree_subscribers}),
+        _plan("lbdd-rate", "lbdd", size.seeds, {"data_bytes": size.rate_bytes, **testbed}, rate),
         _plan(
-            "lbdd-rate",
-            "lbdd",
-            size.seeds,
-            {"data_bytes": size.rate_bytes},
-            {"subscribers": size.rate_subscribers},
+            "lbdd-rate-nocap", "lbdd", size.seeds, {"data_bytes": size.rate_bytes, **nocap}, rate
         ),
         _plan(
             "lbdd-8gb",
             "lbdd",
             size.seeds,
-            {"data_bytes": size.transfer_bytes},
+            {"data_bytes": size.transfer_bytes, **testbed},
             {"subscribers": (11,)},
+        ),
+        _plan(
+            "lbdd-near",
+            "lbdd",
+            size.seeds,
+            {"data_bytes": size.rate_bytes, **uplink, "subscribers": 11, "near_bucket": True},
+            {"flow_mbps": (TESTBED_FLOW_MBPS, 0.0)},
         ),
     ]
 
@@ -209,3 +317,29 @@ def reproduction_plan(evaluation: str, size: Size) -> tuple[Plan, dict[str, list
         scenarios=scenarios,
     )
     return merged, members
+
+
+def only_parts(
+    plan: Plan, members: dict[str, list[int]], chosen: Sequence[str]
+) -> tuple[Plan, dict[str, list[int]]]:
+    """``plan`` cut down to the runs of the ``chosen`` parts (``reproduce --parts``).
+
+    The runs keep their names (``run_id``, so their directories), and so a later
+    ``reproduce --resume`` of the whole plan into the same directory finds them; only the
+    indices are renumbered, as a sweep wants them (``plan.runs[i].index == i``)."""
+    unknown = [c for c in chosen if c not in members]
+    if unknown:
+        raise ValueError(
+            f"--parts {','.join(unknown)}: not a part of this reproduction (its parts: "
+            f"{', '.join(members)})"
+        )
+    wanted = {i for c in chosen for i in members[c]}
+    kept = [spec for spec in plan.runs if spec.index in wanted]
+    runs = tuple(dataclasses.replace(spec, index=i) for i, spec in enumerate(kept))
+    by_id = {spec.run_id: spec.index for spec in runs}
+    cut = {
+        part: [by_id[plan.runs[i].run_id] for i in idx]
+        for part, idx in members.items()
+        if part in chosen
+    }
+    return dataclasses.replace(plan, runs=runs, name=f"{plan.name}-parts"), cut
