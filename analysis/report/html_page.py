@@ -150,7 +150,10 @@ def write_html(
         _runs_table(report, columns),
         "<h2>Against the papers</h2>",
         "<p class=note>Thesis: W. Li, UBC 2008, Chapter 4 (FreePastry simulator, King latency "
-        f"data, mean RTT {paper.THESIS_MEAN_RTT_MS:g} ms; message sizes are Java object "
+        f"data, mean RTT {min(paper.THESIS_RTT_BY_SIZE_MS.values()):g}-"
+        f"{max(paper.THESIS_RTT_BY_SIZE_MS.values()):g} ms by network size, Table 4.5 "
+        f"({paper.THESIS_RUN_RTT_MS:g} ms at {paper.THESIS_NODES:,} nodes); message sizes are "
+        "Java object "
         "serialisation, ours are our wire encoding, so byte ratios measure encoding as much as "
         "protocol). 'ratio' is ours / paper. Latencies are also given in units of the mean RTT "
         "(thesis: King's; ours: the model's), which removes the difference between the "
