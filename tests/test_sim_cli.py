@@ -26,7 +26,7 @@ RANGECAST = str(Path(sys.executable).parent / "rangecast")
 SMALL = ["--nodes", "60", "--subs-per-node", "2", "--events", "50"]
 #: Thesis JSON fields that depend on the machine (sim.thesis_experiment.WALL_FIELDS).
 WALL = ("wall_s", "sim_messages_per_s", "wall_phases_s")
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def run(*args: str, timeout: float = 60, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -235,7 +235,6 @@ def test_events_from_csv_errors_name_file_and_column(tmp_path: Path) -> None:
     assert_one_line_error(p, str(header), "no data rows")
 
 
-@pytest.mark.skipif(not (DATA / "airquality_uci.csv").is_file(), reason="no shared data")
 def test_airquality_reports_used_and_skipped_columns() -> None:
     air = DATA / "airquality_uci.csv"
     args = ["sim", "run", "thesis", *SMALL, "--events-from", str(air), "--missing", "-200"]
