@@ -16,6 +16,7 @@ from its size (``estimate_s``), the estimates are rescaled by the pace observed 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -62,8 +63,6 @@ FORMAT = "rangecast-reproduction"
 #: subscriptions per node, by network size: the calibration of the run-time estimates (the ETA
 #: and --dry-run). Between and beyond the points, a power law through the nearest two.
 THESIS_SOLO_S = {1000: 150.0, 1740: 229.0, 3000: 641.0, 4000: 1309.0, 5000: 1655.0}
-#: The 1,000-node point, kept under its old name.
-THESIS_1000_S = THESIS_SOLO_S[1000]
 
 
 def thesis_solo_s(nodes: int, events: int) -> float:
@@ -93,14 +92,17 @@ def estimate_s(spec: RunSpec) -> float:
     return 3.0 + 0.02 * p.subscribers + 0.33e-9 * copies
 
 
-def estimate_wall_s(specs: Sequence[RunSpec], slots: int = 2) -> float:
+def estimate_wall_s(
+    specs: Sequence[RunSpec], slots: int = 2, reported: Sequence[RunSpec] | None = None
+) -> float:
     """The runs' wall time ``slots`` at a time, longest first as the sweep dispatches them (each
-    run its solo time: two runs on the 2 cores), then the report."""
+    run its solo time: two runs on the 2 cores), then the report over ``reported`` (default the
+    same runs; with --resume, every run of the plan, finished earlier or not)."""
     free = [0.0] * max(1, slots)
     for spec in dispatch_order(specs):
         i = free.index(min(free))
         free[i] += estimate_s(spec)
-    return max(free) + report_estimate_s(specs)
+    return max(free) + report_estimate_s(specs if reported is None else reported)
 
 
 def report_estimate_s(specs: Sequence[RunSpec]) -> float:
@@ -131,8 +133,6 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def changed_params(spec: RunSpec) -> dict[str, Any]:
     """The run's parameters that differ from its scenario's defaults (but the shown columns)."""
-    import dataclasses
-
     ours = _flat(dataclasses.asdict(spec.params))
     default = _flat(dataclasses.asdict(type(spec.params)()))
     return {k: v for k, v in ours.items() if default.get(k) != v and k not in _SHOWN}
@@ -143,7 +143,7 @@ def seeds_per_point(plan_runs: Sequence[RunSpec]) -> dict[str, int]:
     points: dict[tuple[str, str], set[int]] = {}
     for spec in plan_runs:
         part = _part(spec.run_id)
-        key = json.dumps({k: v for k, v in spec.settings.items()}, sort_keys=True, default=str)
+        key = json.dumps(spec.settings, sort_keys=True, default=str)
         points.setdefault((part, key), set()).add(spec.seed)
     out: dict[str, int] = {}
     for (part, _), seeds in points.items():
@@ -200,7 +200,7 @@ def dry_run(
                                  f"{cause.what})" if cause else "")
         )  # fmt: skip
     todo = [spec for spec in plan.runs if spec.index not in reused]
-    wall = estimate_wall_s(todo, slots)
+    wall = estimate_wall_s(todo, slots, reported=plan.runs)
     measured = ", ".join(f"{n:,} nodes {t:.0f} s" for n, t in THESIS_SOLO_S.items())
     if reused:
         lines.append(f"finished already in {out}: {len(reused)} of {len(plan.runs)} runs")
@@ -220,14 +220,22 @@ def _clock(s: float) -> str:
 class EtaProgress(Progress):
     """The sweep's progress lines, each with the time left for the whole reproduction."""
 
-    def __init__(self, specs: Sequence[RunSpec], quiet: bool, slots: int) -> None:
+    def __init__(
+        self,
+        specs: Sequence[RunSpec],
+        quiet: bool,
+        slots: int,
+        reported: Sequence[RunSpec] | None = None,
+    ) -> None:
+        """``specs``: the runs to make; ``reported``: the runs the report reads (default the
+        same; with --resume also those finished earlier)."""
         super().__init__(len(specs), quiet)
         #: Runs at a time: before anything finishes, the estimates are shared among them.
         self.slots = max(1, slots)
         self.specs = list(specs)
         self.est = {s.index: estimate_s(s) for s in specs}
         self.order = [s.index for s in dispatch_order(specs)]
-        self.report_s = report_estimate_s(specs)
+        self.report_s = report_estimate_s(specs if reported is None else reported)
         self.finished_ids: set[int] = set()
         self.spark_done = 0
         self.phase = "runs"
@@ -322,7 +330,7 @@ def reproduce(
     prepare_out(out, force, resume)
     reused = finished_runs(plan, out) if resume else {}
     todo = [spec for spec in plan.runs if spec.index not in reused]
-    progress = EtaProgress(todo, quiet, _slots(master) if spark else jobs)
+    progress = EtaProgress(todo, quiet, _slots(master) if spark else jobs, reported=plan.runs)
     progress.say(
         f"reproducing {evaluation} ({size.name}): {len(plan.runs)} runs "
         f"({', '.join(f'{k} {len(v)}' for k, v in members.items())}), then the report"
@@ -346,6 +354,7 @@ def reproduce(
             quiet=quiet,
             force=True,
             resume=resume,
+            reused=reused,
             progress=progress,
         )
         progress.start_report()

@@ -263,6 +263,23 @@ def _tree_figure(trees: dict[int, list[RunRecord]]) -> FigureResult:
 # ------------------------------------------------------------------------------- Fig. 2, rate
 
 
+def _both_methods(
+    fig: FigureResult,
+    rate: dict[int, list[RunRecord]],
+    nocap: dict[int, list[RunRecord]],
+    key: str,
+) -> tuple[list[tuple[float, Stat]], ...]:
+    """The figure's four series of ``lbdd_<key>`` and ``p2p_<key>``, with the flow cap
+    (``lbdd-rate``) and without it (``lbdd-rate-nocap``): LBDD, point-to-point, then both
+    without the cap."""
+    out = []
+    for runs, cap in ((rate, ""), (nocap, ", no flow cap")):
+        for method, name in (("lbdd", "LBDD"), ("p2p", "point-to-point")):
+            fig.series[name + cap] = series = _series(runs, f"{method}_{key}")
+            out.append(series)
+    return tuple(out)
+
+
 def _rate_figure(
     rate: dict[int, list[RunRecord]], nocap: dict[int, list[RunRecord]]
 ) -> FigureResult:
@@ -273,10 +290,7 @@ def _rate_figure(
         y_label="rate per subscriber (Mbit/s)",
     )
     rs = sorted(rate)
-    lb = fig.series["LBDD"] = _series(rate, "lbdd_rate_mbps")
-    pp = fig.series["point-to-point"] = _series(rate, "p2p_rate_mbps")
-    lb0 = fig.series["LBDD, no flow cap"] = _series(nocap, "lbdd_rate_mbps")
-    fig.series["point-to-point, no flow cap"] = _series(nocap, "p2p_rate_mbps")
+    lb, pp, lb0, _ = _both_methods(fig, rate, nocap, "rate_mbps")
     fig.paper_series["paper: LBDD 'around 24 Mbit/s'"] = [(n, LBDD_RATE_MBPS) for n in rs]
     first, last = rs[0], rs[-1]
     top = rate[last]
@@ -419,10 +433,7 @@ def _load_figure(
         y_label="publisher's uplink busy (fraction of the transfer)",
     )
     rs = sorted(rate)
-    lb = fig.series["LBDD"] = _series(rate, "lbdd_publisher_load")
-    pp = fig.series["point-to-point"] = _series(rate, "p2p_publisher_load")
-    fig.series["LBDD, no flow cap"] = _series(nocap, "lbdd_publisher_load")
-    pp0 = fig.series["point-to-point, no flow cap"] = _series(nocap, "p2p_publisher_load")
+    lb, pp, _, pp0 = _both_methods(fig, rate, nocap, "publisher_load")
     fig.paper_series["paper: point-to-point 100% at six subscribers"] = [(P2P_FULL_AT, 1.0)]
     at6 = rate.get(P2P_FULL_AT, [])
     fig.checks.append(

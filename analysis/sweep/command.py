@@ -75,17 +75,22 @@ def run_sweep(
     quiet: bool = False,
     force: bool = False,
     resume: bool = False,
+    reused: dict[int, dict[str, Any]] | None = None,
     progress: Progress | None = None,
 ) -> SweepResult:
     """Run ``plan`` into ``out``: run logs in ``out/runs/``, the table, and (Spark) the report.
     ``progress``: where progress goes (a caller's own, e.g. with an ETA over more than this
     sweep); by default a ``Progress`` on stderr, silent when ``quiet``. ``resume``: keep the
     runs an earlier, interrupted sweep into ``out`` finished with the same code and parameters
-    (``runs.reusable``) and run only the others."""
+    (``runs.reusable``) and run only the others; ``reused``: those runs, when the caller has
+    already looked them up (``finished_runs``), so the logs are not read twice."""
     if jobs < 1:
         raise LocalProtocolError("--jobs must be at least 1")
     prepare_out(out, force, resume)
-    reused = finished_runs(plan, out) if resume else {}
+    if not resume:
+        reused = {}
+    elif reused is None:
+        reused = finished_runs(plan, out)
     todo = [spec for spec in plan.runs if spec.index not in reused]
     progress = progress or Progress(len(todo), quiet)
     where = f"Spark ({master})" if spark else f"{jobs} local process{'es' if jobs > 1 else ''}"
