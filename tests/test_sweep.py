@@ -330,6 +330,32 @@ def test_resume_trusts_only_the_same_code_and_a_complete_log(smoke: Any, tmp_pat
     assert reusable(spec, out, "c0ffee") is None
 
 
+def test_resume_finds_a_run_an_earlier_plan_numbered_differently(
+    smoke: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan that gained a part numbers the runs after it differently: the logs are found by
+    what the run is (its name without the index), counted by a dry run, renamed on resume."""
+    import shutil
+
+    import rangecast.analysis.sweep.command as command
+
+    out = tmp_path / "renumbered"
+    shutil.copytree(smoke.out, out)
+    _stamp_logs(out, "c0ffee")
+    monkeypatch.setattr(command, "code_fingerprint", lambda: "c0ffee")
+    plan = load_plan("smoke")
+    spec = plan.runs[1]
+    own = out / "runs" / spec.run_id
+    earlier = out / "runs" / ("r917_" + spec.run_id.split("_", 1)[1])
+    own.rename(earlier)
+    (own / "partial").mkdir(parents=True)  # what an interrupted attempt under the new name left
+    assert sorted(command.finished_runs(plan, out)) == [0, 1, 2, 3]
+    assert earlier.is_dir() and not (own / "run.json").exists()  # counting moves nothing
+    assert sorted(command.finished_runs(plan, out, adopt=True)) == [0, 1, 2, 3]
+    assert (own / "run.json").is_file() and not earlier.exists()
+    assert not (own / "partial").exists()
+
+
 def test_failing_run_is_reported_and_others_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

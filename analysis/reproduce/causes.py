@@ -19,9 +19,9 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 import rangecast.analysis.report.paper as paper
-from rangecast.analysis.reproduce.compare import CHANGE_TOL, Cause, Check, Stat, stat_of
+from rangecast.analysis.reproduce.compare import CHANGE_TOL, REL_TOL, Cause, Check, Stat, stat_of
 from rangecast.analysis.reproduce.evaluate import FigureResult, RunRecord, dig
-from rangecast.analysis.reproduce.plans import FWD_UNICAST_PART, LB_P_PART
+from rangecast.analysis.reproduce.plans import FWD_UNICAST_PART, LB_P_PART, PROBE_LEVELS_PART
 
 Explainer = Callable[[FigureResult, Mapping[str, Sequence[RunRecord]]], None]
 #: figure -> the function that attaches measured causes to its checks.
@@ -87,9 +87,14 @@ def _change_check(fig: FigureResult, prefix: str) -> Check | None:
     )
 
 
-def _p_of(r: RunRecord) -> float | None:
+def _overlay(r: RunRecord, key: str) -> object:
+    """An overlay parameter of a run (thesis runs log them under ``overlay``)."""
     overlay = r.params.get("overlay")
-    p = overlay.get("p") if isinstance(overlay, dict) else r.params.get("p")
+    return overlay.get(key) if isinstance(overlay, dict) else r.params.get(key)
+
+
+def _p_of(r: RunRecord) -> float | None:
+    p = _overlay(r, "p")
     return float(p) if isinstance(p, int | float) else None
 
 
@@ -168,6 +173,98 @@ def _load_balancing_and_p(fig: FigureResult, runs: Mapping[str, Sequence[RunReco
 
 
 @register_cause("4.6")
+def _fig_4_6(fig: FigureResult, runs: Mapping[str, Sequence[RunRecord]]) -> None:
+    """Fig 4.6 has two measured causes: the busiest node's multicast saving against how
+    leaf-table forwards are sent, and the busiest node over the mean against the minimum
+    probe level."""
+    _multicast_and_forwards(fig, runs)
+    _busiest_and_min_level(fig, runs)
+
+
+def _busiest_over_mean(runs: Sequence[RunRecord]) -> Stat | None:
+    return stat_of(
+        [
+            (r.seed, mx / mean)
+            if isinstance(mx := dig(r.values, f"{PROBE}.max"), int | float)
+            and isinstance(mean := dig(r.values, f"{PROBE}.mean"), int | float)
+            and mean
+            else (r.seed, None)
+            for r in runs
+        ]
+    )
+
+
+def _within(value: float, paper_value: float) -> bool:
+    return 1 / (1 + REL_TOL) <= value / paper_value <= 1 + REL_TOL
+
+
+def _busiest_and_min_level(fig: FigureResult, runs: Mapping[str, Sequence[RunRecord]]) -> None:
+    """The busiest node over the mean against RndRegionProbe's minimum level, which is ours
+    (part ``thesis-probe-levels``): a publisher selects no zone above it, so the peers hosting
+    the zones at and just below it receive and forward the probes of nearly every event."""
+    sweep = runs.get(PROBE_LEVELS_PART, [])
+    if not sweep:
+        return
+    for probe, base_part in (("unicast", "thesis-base"), ("multicast", "thesis-probe")):
+        check = next(
+            (c for c in fig.checks if c.quantity == f"busiest node / mean ({probe})"), None
+        )
+        base = runs.get(base_part, [])
+        if check is None or check.paper is None or not base:
+            continue
+        ours_level = _overlay(base[0], "min_level")
+        by_level: dict[int, list[RunRecord]] = {}
+        for r in sweep:
+            level = _overlay(r, "min_level")
+            if _overlay(r, "probe") == probe and isinstance(level, int):
+                by_level.setdefault(level, []).append(r)
+        if not isinstance(ours_level, int) or not by_level:
+            continue
+        by_level[ours_level] = list(base)
+        stats = {lv: _busiest_over_mean(rs) for lv, rs in sorted(by_level.items())}
+        got = {lv: st for lv, st in stats.items() if st is not None}
+        if len(got) != len(stats):
+            continue
+        seeds = sorted({r.seed for r in sweep})
+        levels = sorted(got)
+        close = [lv for lv in levels if _within(got[lv].mean, check.paper)]
+        lo, hi = min(st.mean for st in got.values()), max(st.mean for st in got.values())
+        text = (
+            f"With {probe} probes the busiest node sends {got[ours_level].mean:.1f} times the "
+            f"mean probe bandwidth here, {check.paper:.1f} times in the thesis. A publisher "
+            "selects no zone above RndRegionProbe's minimum level (ours: "
+            f"{ours_level}; 3.4.1 names 'a minimum and maximum tree level: mini and maxi' and "
+            "states only maxi, 10), so the few peers hosting the zones at and just below it "
+            "receive and forward the probes of nearly every event. With the minimum level at "
+            + ", ".join(f"{lv}" for lv in levels)
+            + " the busiest node sends "
+            + ", ".join(f"{got[lv].mean:.1f}" for lv in levels)
+            + f" times the mean (part {PROBE_LEVELS_PART}, seeds {', '.join(map(str, seeds))})"
+        )
+        if close:
+            explain(
+                check,
+                text
+                + ": within ±"
+                + f"{REL_TOL:.0%} of the thesis' at level "
+                + ", ".join(map(str, close))
+                + ".",
+                base_part,
+                PROBE_LEVELS_PART,
+            )
+        elif lo <= check.paper <= hi:
+            explain(
+                check,
+                text + f": the thesis' {check.paper:.1f} lies between them.",
+                base_part,
+                PROBE_LEVELS_PART,
+            )
+        else:
+            check.extra["measured"] = (
+                text + f": none comes within ±{REL_TOL:.0%} of the thesis' {check.paper:.1f}."
+            )
+
+
 def _multicast_and_forwards(fig: FigureResult, runs: Mapping[str, Sequence[RunRecord]]) -> None:
     """The busiest node's multicast saving against how internal tree nodes forward probes to
     the leaves of their leaf tables: grouped per next hop like the publisher's probes (our

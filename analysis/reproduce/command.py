@@ -328,7 +328,7 @@ def reproduce(
     plan, members = chosen_plan(evaluation, size, parts)
     # (refuses a file, a non-empty directory unless --force or --resume, an unwritable place)
     prepare_out(out, force, resume)
-    reused = finished_runs(plan, out) if resume else {}
+    reused = finished_runs(plan, out, adopt=True) if resume else {}
     todo = [spec for spec in plan.runs if spec.index not in reused]
     progress = EtaProgress(todo, quiet, _slots(master) if spark else jobs, reported=plan.runs)
     progress.say(

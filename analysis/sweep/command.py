@@ -8,6 +8,7 @@ The command line (``rangecast sim sweep``) is cli.sweep.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,14 @@ from typing import Any
 
 import rangecast.analysis.sweep.table as table
 from rangecast.analysis.sweep.plan import THESIS, Plan
-from rangecast.analysis.sweep.runs import Progress, reusable, run_dir, run_local
+from rangecast.analysis.sweep.runs import (
+    Progress,
+    earlier_dir,
+    renumbered_dirs,
+    reusable,
+    run_dir,
+    run_local,
+)
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.sim.broker_experiment import SYSTEMS
 from rangecast.sim.outputs import ensure_writable_dir
@@ -90,7 +98,7 @@ def run_sweep(
     if not resume:
         reused = {}
     elif reused is None:
-        reused = finished_runs(plan, out)
+        reused = finished_runs(plan, out, adopt=True)
     todo = [spec for spec in plan.runs if spec.index not in reused]
     progress = progress or Progress(len(todo), quiet)
     where = f"Spark ({master})" if spark else f"{jobs} local process{'es' if jobs > 1 else ''}"
@@ -194,15 +202,32 @@ def run_sweep(
     )
 
 
-def finished_runs(plan: Plan, out: Path) -> dict[int, dict[str, Any]]:
+def finished_runs(plan: Plan, out: Path, *, adopt: bool = False) -> dict[int, dict[str, Any]]:
     """The runs of ``plan`` that an earlier sweep into ``out`` finished with this code and the
-    same parameters, as outcomes by run index (``runs.reusable``)."""
+    same parameters, as outcomes by run index (``runs.reusable``).
+
+    A finished log is found under its own name or under an earlier index (``runs.earlier_dir``:
+    a plan that gained a part numbers the runs after it differently). ``adopt``: rename such a
+    log to the run's name now (a resumed sweep; a dry run only counts it), replacing whatever
+    an unfinished attempt left there."""
     code = code_fingerprint()
-    return {
-        spec.index: outcome
-        for spec in plan.runs
-        if (outcome := reusable(spec, out, code)) is not None
-    }
+    found = renumbered_dirs(out)
+    reused: dict[int, dict[str, Any]] = {}
+    for spec in plan.runs:
+        where = earlier_dir(spec, out, found)
+        outcome = reusable(spec, out, code, where)
+        if outcome is None:
+            continue
+        own = run_dir(out, spec)
+        if where != own:
+            if not adopt:
+                reused[spec.index] = outcome
+                continue
+            if own.exists():
+                shutil.rmtree(own)
+            where.rename(own)
+        reused[spec.index] = outcome
+    return reused
 
 
 def _build_report(

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import multiprocessing
 import multiprocessing.connection
+import re
 import sys
 import time
 import traceback
@@ -30,6 +31,35 @@ HEARTBEAT_S = 60.0
 
 def run_dir(out: Path | str, spec: RunSpec) -> Path:
     return Path(out) / "runs" / spec.run_id
+
+
+#: A run directory's leading index ("r012_"): the rest of its name says what the run is.
+_INDEX = re.compile(r"r\d+_")
+
+
+def renumbered_dirs(out: Path | str) -> dict[str, list[Path]]:
+    """The finished run directories in ``out`` (with a ``run.json``) by their name without
+    the leading index, so a run an earlier plan numbered differently (a part added before it)
+    is found by what it is."""
+    found: dict[str, list[Path]] = {}
+    try:
+        entries = sorted((Path(out) / "runs").iterdir())
+    except OSError:
+        return found
+    for d in entries:
+        if (m := _INDEX.match(d.name)) is not None and (d / "run.json").is_file():
+            found.setdefault(d.name[m.end() :], []).append(d)
+    return found
+
+
+def earlier_dir(spec: RunSpec, out: Path | str, found: dict[str, list[Path]]) -> Path:
+    """Where ``spec``'s log is: its own directory, or the one directory whose name is the
+    same but for the index (``renumbered_dirs``); its own when neither holds a finished log."""
+    own = run_dir(out, spec)
+    if (own / "run.json").exists() or (m := _INDEX.match(spec.run_id)) is None:
+        return own
+    same = found.get(spec.run_id[m.end() :], [])
+    return same[0] if len(same) == 1 else own
 
 
 def execute(spec: RunSpec, out: str, *, announce: bool = False) -> dict[str, Any]:
@@ -100,8 +130,11 @@ def recover(spec: RunSpec, out: Path | str, since: float, error: str) -> dict[st
     return failed(spec, error)
 
 
-def reusable(spec: RunSpec, out: Path | str, code: str) -> dict[str, Any] | None:
-    """The outcome of ``spec`` from a run log an earlier sweep left in ``out``, or None.
+def reusable(
+    spec: RunSpec, out: Path | str, code: str, where: Path | None = None
+) -> dict[str, Any] | None:
+    """The outcome of ``spec`` from a run log an earlier sweep left in ``out`` (in ``where``
+    when given: ``earlier_dir``), or None.
 
     A log is reused only when it is complete (``run.json`` is written last), was made by the
     same simulation code (``code``: ``sim.runlog.code_fingerprint``, a hash of the packages a
@@ -110,7 +143,7 @@ def reusable(spec: RunSpec, out: Path | str, code: str) -> dict[str, Any] | None
     stores them). Anything else is run again: a resumed sweep gives the table a fresh one would.
     """
     try:
-        doc = json.loads((run_dir(out, spec) / "run.json").read_text())
+        doc = json.loads(((where or run_dir(out, spec)) / "run.json").read_text())
         logged = doc["params"]
         summary = doc["summary"]
     except (OSError, ValueError, KeyError, TypeError):
