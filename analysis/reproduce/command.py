@@ -59,10 +59,12 @@ from rangecast.analysis.sweep.runs import Progress, dispatch_order, run_dir
 from rangecast.dht.errors import LocalProtocolError
 
 FORMAT = "rangecast-reproduction"
-#: Measured solo wall times (s) of one thesis run on this 2-core machine, 10,000 events and 5
+#: Measured wall times (s) of one thesis run on this 2-core machine, 10,000 events and 5
 #: subscriptions per node, by network size: the calibration of the run-time estimates (the ETA
-#: and --dry-run). Between and beyond the points, a power law through the nearest two.
-THESIS_SOLO_S = {1000: 150.0, 1740: 229.0, 3000: 641.0, 4000: 1309.0, 5000: 1655.0}
+#: and --dry-run). The medians of the full reproduction's scalability runs (five seeds, both
+#: latency models), which ran two at a time as a reproduction does, each on a core of its own.
+#: Between and beyond the points, a power law through the nearest two.
+THESIS_SOLO_S = {1000: 95.0, 1740: 112.0, 3000: 195.0, 4000: 285.0, 5000: 390.0}
 
 
 def thesis_solo_s(nodes: int, events: int) -> float:
@@ -205,8 +207,8 @@ def dry_run(
     if reused:
         lines.append(f"finished already in {out}: {len(reused)} of {len(plan.runs)} runs")
     lines.append(
-        f"estimated wall time: {_clock(wall)} ({slots} runs at a time, from the measured solo "
-        f"times of one thesis run: {measured}; then the report, "
+        f"estimated wall time: {_clock(wall)} ({slots} runs at a time, from the measured wall "
+        f"times of one thesis run, two at a time on this machine: {measured}; then the report, "
         f"{_clock(report_estimate_s(plan.runs))})"
     )
     return "\n".join(lines)
