@@ -33,7 +33,6 @@ The systems (docs/baselines.md has each one's readings):
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -54,11 +53,9 @@ from rangecast.brokers.migration import Relocation
 from rangecast.brokers.pop import PopStrategy
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.pubsub.schema import THESIS_SCHEMA
-from rangecast.pubsub.subscription import Range, Subscription
 from rangecast.sim import runlog
 from rangecast.sim.broker_network import BrokerNetwork
 from rangecast.sim.event_source import (
-    NO_CSV,
     EventSource,
     check_csv_params,
     columns_param,
@@ -77,9 +74,8 @@ from rangecast.sim.scenario import (
     flat,
     param,
 )
-from rangecast.sim.streams import stream
 from rangecast.sim.thesis_experiment import MatchOracle
-from rangecast.sim.workload import THESIS_WORKLOAD, Workload
+from rangecast.sim.workloads import Plan, WorkloadSpec, paper_plan, plan
 
 __all__ = [
     "SYSTEMS",
@@ -248,153 +244,6 @@ class GrapeParams(BrokerParams):
     system: str = "grape"
 
 
-# ------------------------------------------------------------------------------- workload
-
-
-@dataclass(slots=True)
-class Plan:
-    """The thesis workload of a seed: subscriptions (time, subscriber node, subscription),
-    events and, per event, (gap after the previous one in s, publisher node)."""
-
-    subs: list[tuple[float, int, Subscription]]
-    events: list[tuple[float | None, ...]]
-    pubs: list[tuple[float, int]]
-    gen: Workload
-    #: Publisher node -> its ad box (the paper workloads); empty: full-domain ads.
-    ads: dict[int, Box] = field(default_factory=dict)
-    #: The paper workloads' special brokers: the high-rate publisher's or the hot broker.
-    marks: dict[str, int] = field(default_factory=dict)
-
-
-def plan(seed: int, nodes: int, subs_per_node: float, events: int,
-         sub_gap_ms: float = 2000.0, pub_gap_ms: float = 1000.0,
-         source: EventSource | None = None) -> Plan:  # fmt: skip
-    """The draws of ``sim run thesis`` (sim.thesis_experiment), stream by stream and in the
-    same order, so both see the same subscriptions, events and publishers. ``source``: the
-    events' source (a CSV file's, loaded on the ``workload-layout`` stream of ``seed``); None,
-    the thesis workload."""
-    if source is None:
-        source = EventSource.load(NO_CSV, stream(seed, "workload-layout"))
-    gen = source.gen
-    sub_rng = stream(seed, "subscriptions")
-    t = 0.0
-    subs = []
-    for _ in range(max(1, round(nodes * subs_per_node))):
-        t += sub_rng.expovariate(1000.0 / sub_gap_ms)
-        i = sub_rng.randrange(nodes)
-        subs.append((t, i, gen.subscription(sub_rng)))
-    pub_rng = stream(seed, "events")
-    values = source.events(events, pub_rng)
-    pubs = []
-    for _ in range(events):
-        gap = pub_rng.expovariate(1000.0 / pub_gap_ms)
-        pubs.append((gap, pub_rng.randrange(nodes)))
-    return Plan(subs, values, pubs, gen)
-
-
-def _symbols(publishers: int) -> list[tuple[float, float]]:
-    """Publisher p's "stock symbol": a slice of Attr1, disjoint from the others (a gap of a
-    tenth of a slice between two), so that ads of different publishers never overlap."""
-    a = THESIS_SCHEMA.attributes[0]
-    w = (a.max - a.min) / publishers
-    return [(a.min + p * w, a.min + p * w + 0.9 * w) for p in range(publishers)]
-
-
-def _symbol_sub(sym: tuple[float, float], share: float, rng: random.Random | None) -> Subscription:
-    """A subscription to one symbol sinking ``share`` of its events: Attr1 = the symbol, and
-    for share < 1 an Attr2 window of that share of its (uniform) domain. ``rng`` None: the
-    window at the top of the domain, the same for every such subscriber (POP/GRAPE's rated
-    subscribers, like "low < 18.5" on YHOO quotes, share one predicate: the events one sinks,
-    all of its class sink); otherwise a random window (OctopiA's independent selectivity)."""
-    ranges = [(0, Range(*sym))]
-    if share < 1.0:
-        a = THESIS_SCHEMA.attributes[1]
-        w = (a.max - a.min) * share
-        lo = a.max - w if rng is None else a.min + rng.random() * (a.max - a.min - w)
-        ranges.append((1, Range(lo, lo + w)))
-    return Subscription(THESIS_SCHEMA.name, tuple(ranges))
-
-
-def _symbol_event(sym: tuple[float, float], rng: random.Random) -> tuple[float | None, ...]:
-    attrs = THESIS_SCHEMA.attributes
-    return (rng.uniform(*sym), *(rng.uniform(a.min, a.max) for a in attrs[1:]))
-
-
-def _ad_box(sym: tuple[float, float]) -> Box:
-    return Box.from_ranges(THESIS_SCHEMA, [(0, Range(*sym))])
-
-
-def paper_plan(p: BrokerParams, nodes: Sequence[int]) -> Plan:
-    """The papers' workloads over broker nodes ``nodes`` (module docs of the scenario):
-
-    * ``burst`` (OctopiA): ``publishers`` background publishers, each its own symbol, publish
-      one event per ``pub_gap_ms``; ``nodes * subs_per_node`` background subscriptions pick a
-      background symbol and sink 2 % of it (the paper's selectivity); publisher 0 is the
-      high-rate publisher (HRP): ``events`` events at ``hrp_rate`` per second, sunk entirely by
-      ``hrp_subs`` subscribers at random brokers (over all clusters). The background runs for
-      the HRP's duration.
-    * ``clustered`` (POP/GRAPE): ``publishers`` publishers at distinct random brokers, one
-      symbol each; ``nodes * subs_per_node`` subscribers, each to a random symbol: 5 % are
-      high-rated (sink all of it), all at one broker; 95 % low-rated (the same top 10 % of
-      Attr2) at random other brokers (with ``sub_brokers`` X: at X-1 other brokers drawn once,
-      the paper's "X brokers"; X = 1: at the hot broker too). ``events`` events in all, round
-      robin, each publisher one per ``pub_gap_ms`` on average."""
-    rng = stream(p.seed, f"paper-workload:{p.workload}")
-    gen = Workload(THESIS_SCHEMA, THESIS_WORKLOAD, stream(p.seed, "workload-layout"))
-    syms = _symbols(p.publishers)
-    where = rng.sample(list(nodes), p.publishers)
-    ads = {v: _ad_box(syms[i]) for i, v in enumerate(where)}
-    subs: list[tuple[float, int, Subscription]] = []
-    timed: list[tuple[float, int, tuple[float | None, ...]]] = []
-    n_subs = max(1, round(len(nodes) * p.subs_per_node))
-    t = 0.0
-    marks: dict[str, int] = {}
-    if p.workload == "burst":
-        hrp = where[0]
-        marks["hrp"] = hrp
-        for _ in range(p.hrp_subs):
-            t += rng.expovariate(1000.0 / p.sub_gap_ms)
-            subs.append((t, rng.choice(nodes), _symbol_sub(syms[0], 1.0, rng)))
-        for _ in range(n_subs):
-            t += rng.expovariate(1000.0 / p.sub_gap_ms)
-            sym = syms[rng.randrange(1, p.publishers)] if p.publishers > 1 else syms[0]
-            subs.append((t, rng.choice(nodes), _symbol_sub(sym, 0.02, rng)))
-        span = p.events / p.hrp_rate
-        for k in range(p.events):
-            timed.append((k / p.hrp_rate, hrp, _symbol_event(syms[0], rng)))
-        for i in range(1, p.publishers):
-            at = rng.expovariate(1000.0 / p.pub_gap_ms)
-            while at < span:
-                timed.append((at, where[i], _symbol_event(syms[i], rng)))
-                at += rng.expovariate(1000.0 / p.pub_gap_ms)
-    else:
-        hot = rng.choice(nodes)
-        marks["hot"] = hot
-        others = [v for v in nodes if v != hot]
-        if p.sub_brokers:
-            # X = 1: every subscriber at the hot broker (the paper's case where POP and GRAPE
-            # choose alike)
-            others = rng.sample(others, p.sub_brokers - 1) or [hot]
-        for _ in range(n_subs):
-            t += rng.expovariate(1000.0 / p.sub_gap_ms)
-            sym = syms[rng.randrange(p.publishers)]
-            if rng.random() < 0.05:
-                subs.append((t, hot, _symbol_sub(sym, 1.0, None)))
-            else:
-                subs.append((t, rng.choice(others), _symbol_sub(sym, 0.1, None)))
-        clock = [0.0] * p.publishers
-        for k in range(p.events):
-            i = k % p.publishers
-            clock[i] += rng.expovariate(1000.0 / p.pub_gap_ms)
-            timed.append((clock[i], where[i], _symbol_event(syms[i], rng)))
-    timed.sort(key=lambda x: x[0])
-    pubs, last = [], 0.0
-    for at, v, _ in timed:
-        pubs.append((at - last, v))
-        last = at
-    return Plan(subs, [e for _, _, e in timed], pubs, gen, ads, marks)
-
-
 # -------------------------------------------------------------------------------- systems
 
 
@@ -416,6 +265,11 @@ class _System:
 
     def build(self, brokers: list[int]) -> None:
         """Lay the overlays out over ``brokers`` (before ``make``)."""
+
+    def after_setup(self) -> dict[str, Any]:
+        """What the set-up made of the system's mechanism, for the layout (whether it can act
+        on this workload); nothing by default."""
+        return {}
 
     def make(self, v: int) -> Broker:
         raise NotImplementedError
@@ -617,6 +471,16 @@ class _Octopia(_System):
     def publish(self, b: Broker, ad: int, values: Sequence[float | None], now: float) -> int:
         return self._s(b).publish(b, ad, values, now)
 
+    def after_setup(self) -> dict[str, Any]:
+        """The clusters each publisher's events are sent to (the CIV of its ad at the host),
+        on average: every one of the m clusters means the CIVs prune nothing."""
+        sc = self.sc
+        counts = []
+        for client, ad in sorted(sc.ad_of.items()):
+            host = sc.bnet.brokers[sc.ad_host[client]]
+            counts.append(bin(self._s(host).civ(host, ad)).count("1"))
+        return {"target_clusters_mean": sum(counts) / len(counts)} if counts else {}
+
 
 class _Kyra(_System):
     def build(self, brokers: list[int]) -> None:
@@ -699,6 +563,10 @@ class BrokerResult(RunResult):
     #: Every message of the event phase (publications and control), per event.
     messages_per_event: float
     bytes_per_event: float
+    #: One-way propagation delays of every message of the event phase, summed, per event (ms):
+    #: traffic weighed by latency (NetStats.delay_ms; the clients' hops to their brokers are
+    #: not messages of the overlay and are left out).
+    traffic_ms_per_event: float
     #: Broker-overlay hops from the publishing broker to the delivering one, per delivery.
     hops_per_delivery: float
     delivery_latency_ms: dict[str, float]
@@ -729,7 +597,7 @@ class BrokerResult(RunResult):
     steady: dict[str, float] = field(default_factory=dict)
 
     def succeeded(self) -> bool:
-        return self.verdict.missed == self.verdict.duplicates == 0
+        return self.verdict.succeeded()
 
     def summary(self) -> str:
         v, dl, te = self.verdict, self.delivery_latency_ms, self.table_entries
@@ -745,7 +613,8 @@ class BrokerResult(RunResult):
                 f"duplicates {v.duplicates}, false deliveries {v.false_positives}: {verdict}",
                 f"  per event          {self.messages_per_event:.1f} messages, "
                 f"{self.bytes_per_event:,.0f} bytes, {self.publications_per_event:.1f} "
-                f"publications; {self.hops_per_delivery:.2f} hops per delivery",
+                f"publications; {self.hops_per_delivery:.2f} hops per delivery; "
+                f"latency-weighted traffic {self.traffic_ms_per_event:,.0f} ms",
                 f"  delivery latency   mean {dl['mean']:.0f} ms, p90 {dl['p90']:.0f}, "
                 f"max {dl['max']:.0f}",
                 f"  brokers            {self.false_positive_receptions:,} false-positive "
@@ -823,7 +692,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
                 p.seed, p.nodes, p.subs_per_node, p.events, p.sub_gap_ms, p.pub_gap_ms, source
             )
         else:
-            self.plan = paper_plan(p, brokers)
+            self.plan = paper_plan(WorkloadSpec.of(p), brokers)
         self.schema = schema = self.plan.gen.schema
         self.system.schema = schema
         #: The attributes some event misses (bit i for attribute i; Kyra's pieces keep them free).
@@ -850,6 +719,8 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         for i in publishers:
             net.attach(n + i, i)
         self.ad_of: dict[int, int] = {}
+        #: publisher client -> the broker hosting its ad
+        self.ad_host: dict[int, int] = {}
         whole = Box.whole(self.schema)
         if system.ads:
             for i in publishers:
@@ -857,6 +728,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
 
                 def adv(b: Broker, now: float, c: int = n + i, box: Box = box) -> None:
                     self.ad_of[c] = system.advertise(b, c, box, now)
+                    self.ad_host[c] = b.id
 
                 net.call(n + i, adv, 0.0)
         #: (broker, sid) -> subscription index
@@ -871,6 +743,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         self.say(f"installing {len(pl.subs):,} subscriptions")
         sim.run()
         self.setup_traffic = (sim.stats.messages, sim.stats.bytes)
+        self.setup_delay_ms = sim.stats.delay_ms
         by_type = sim.stats.types_json()
         # Advertisements and, in OctopiA, the CIB_SET replies they cause (set-up's controls).
         self.ad_messages = sum(
@@ -878,6 +751,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             for k in ("Advertise", *(("Control",) if p.system == "octopia" else ()))
         )
         self.setup_pubs = by_type.get("Publish", {}).get("messages", 0)
+        system.layout.update(system.after_setup())
         self.srt = [b.srt_size() for _, b in sorted(net.brokers.items())]
         self.setup_load = [
             sim.stats.sent_messages[v] + sim.stats.received_messages[v] for v in range(n)
@@ -1041,6 +915,9 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             if n_events
             else 0.0,
             bytes_per_event=(sim.stats.bytes - setup_bytes) / n_events if n_events else 0.0,
+            traffic_ms_per_event=(sim.stats.delay_ms - self.setup_delay_ms) / n_events
+            if n_events
+            else 0.0,
             hops_per_delivery=sum(hit_hops) / len(hit_hops) if hit_hops else 0.0,
             delivery_latency_ms={
                 "mean": ordered_sum(vals) / len(vals) if len(vals) else 0.0,

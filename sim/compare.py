@@ -8,6 +8,9 @@ the same oracle; each run becomes one typed ``Row`` of the same metrics:
 column                       definition
 ===========================  ==================================================================
 messages, bytes per event    every message of the event phase (all types) / events
+traffic ms per event         latency-weighted traffic: the one-way propagation delays of every
+                             message of the event phase, summed, / events (a 66 ms hop weighs
+                             ten times a 7 ms one; NetStats.delay_ms)
 hops per delivery            broker-overlay hops from the publishing broker to the delivering
                              one (brokers); not measured for the thesis (DHT hops per probe and
                              per delivery message differ in kind): None
@@ -19,7 +22,19 @@ table entries mean/max       per broker: SRT + PRT entries over its overlays; th
 load max/mean, Gini          messages sent + received per node in the event phase
 setup messages               every message until the subscriptions (and ads) are installed
 missed, duplicates, false    the oracle's verdict (false: deliveries it did not expect)
+migrations                   publishers moved (POP, GRAPE); None for the systems without
+inactive                     why the row's own mechanism did not act in this run (None: it
+                             did): POP/GRAPE that moved no publisher, PADRES under full-domain
+                             advertisements (it then routes as SIENA), OctopiA whose CIVs
+                             name every cluster (events go to all of them)
 ===========================  ==================================================================
+
+Workloads (``--workload``): ``thesis``, the thesis workload (a random publisher per event,
+full-domain advertisements); ``clustered``, POP/GRAPE's (sim.workloads.paper_plan:
+``publishers`` long-lived publishers, one advertisement box each, 5 % of the subscribers
+high-rated at one broker), which the thesis overlay runs too (``sim run thesis --workload``). Its
+default publisher count gives each publisher twice the POP/GRAPE threshold of publications,
+the least for their relocation to act (a trace count, then a walk or a session decision).
 """
 
 from __future__ import annotations
@@ -32,13 +47,21 @@ from typing import Any, TypeVar
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.sim import runlog
-from rangecast.sim.broker_experiment import BY_SYSTEM, SYSTEMS, BrokerParams, BrokerResult, gini
+from rangecast.sim.broker_experiment import (
+    BY_SYSTEM,
+    SYSTEMS,
+    BrokerParams,
+    BrokerResult,
+    gini,
+)
 from rangecast.sim.event_source import NO_CSV, CsvSource
 from rangecast.sim.thesis_experiment import Thesis, ThesisParams, ThesisResult
 
-__all__ = ["ALL_SYSTEMS", "COMPARE_FILE", "Comparison", "Row", "compare"]
+__all__ = ["ALL_SYSTEMS", "COMPARE_FILE", "COMPARE_WORKLOADS", "Comparison", "Row", "compare"]
 
 ALL_SYSTEMS = ("thesis", *SYSTEMS)
+#: The workloads every system can run (``--workload``).
+COMPARE_WORKLOADS = ("thesis", "clustered")
 
 T = TypeVar("T")
 #: The table of a ``--out DIR`` comparison, beside one run log per system in ``DIR/<system>/``.
@@ -50,6 +73,7 @@ class Row:
     system: str
     messages_per_event: float
     bytes_per_event: float
+    traffic_ms_per_event: float
     hops_per_delivery: float | None
     latency_mean_ms: float
     latency_p90_ms: float
@@ -64,10 +88,13 @@ class Row:
     missed: int
     duplicates: int
     false_deliveries: int
+    migrations: int | None
+    inactive: str | None
     wall_s: float
 
     def ok(self) -> bool:
-        return self.missed == self.duplicates == 0
+        """Exact against the oracle: nothing missed, nothing twice, nothing unexpected."""
+        return self.missed == self.duplicates == self.false_deliveries == 0
 
 
 @dataclass(slots=True)
@@ -80,6 +107,9 @@ class Comparison:
     rows: list[Row] = field(default_factory=list)
     #: The CSV file whose rows every system published (``--events-from``), or None.
     events_from: str | None = None
+    workload: str = "thesis"
+    #: The clustered workload's publishers (None on the thesis workload).
+    publishers: int | None = None
 
     def succeeded(self) -> bool:
         return all(r.ok() for r in self.rows)
@@ -92,23 +122,30 @@ class Comparison:
             "seed": self.seed,
             "latency": self.latency,
             "events_from": self.events_from,
+            "workload": self.workload,
+            "publishers": self.publishers,
             "rows": [asdict(r) for r in self.rows],
         }
 
     def table(self) -> str:
         """The rows as a Markdown table (what the command prints)."""
         head = (
-            "| system | msgs/event | bytes/event | hops/delivery | latency mean/p90/max (ms) "
-            "| false-pos. receptions | table entries mean/max | load max/mean | Gini "
-            "| set-up msgs | missed/dup. |"
+            "| system | msgs/event | bytes/event | traffic ms/event | hops/delivery "
+            "| latency mean/p90/max (ms) | false-pos. receptions | table entries mean/max "
+            "| load max/mean | Gini | set-up msgs | migrations | missed/dup./false |"
+        )
+        workload = (
+            f", {self.workload} workload ({self.publishers} publishers)"
+            if self.workload != "thesis"
+            else ", thesis workload"
         )
         lines = [
             f"{self.nodes} nodes, {round(self.nodes * self.subs_per_node):,} subscriptions, "
-            f"{self.events:,} events, seed {self.seed}, latency {self.latency}"
+            f"{self.events:,} events, seed {self.seed}, latency {self.latency}{workload}"
             + (f", events from {self.events_from}" if self.events_from else ""),
             "",
             head,
-            "|" + "---|" * 11,
+            "|" + "---|" * 13,
         ]
 
         def opt(x: float | None, spec: str) -> str:
@@ -116,15 +153,17 @@ class Comparison:
 
         for r in self.rows:
             lines.append(
-                f"| {r.system} | {r.messages_per_event:.1f} | {r.bytes_per_event:,.0f} "
+                f"| {r.system}{' *' if r.inactive else ''} | {r.messages_per_event:.1f} "
+                f"| {r.bytes_per_event:,.0f} | {r.traffic_ms_per_event:,.0f} "
                 f"| {opt(r.hops_per_delivery, '.2f')} "
                 f"| {r.latency_mean_ms:.0f} / {r.latency_p90_ms:.0f} / {r.latency_max_ms:.0f} "
                 f"| {opt(r.false_positive_receptions, ',')} "
                 f"| {r.table_entries_mean:,.0f} / {r.table_entries_max:,.0f} "
                 f"| {r.load_max_over_mean:.2f} | {r.load_gini:.3f} | {r.setup_messages:,} "
-                f"| {r.missed}/{r.duplicates} |"
+                f"| {opt(r.migrations, ',')} | {r.missed}/{r.duplicates}/{r.false_deliveries} |"
             )
-        return "\n".join(lines)
+        notes = [f"* {r.system}: did not act: {r.inactive}" for r in self.rows if r.inactive]
+        return "\n".join(lines + (["", *notes] if notes else []))
 
 
 class _MeasuredThesis(Thesis):
@@ -184,11 +223,29 @@ def _thesis_row(sc: _MeasuredThesis, r: ThesisResult) -> Row:
         missed=r.verdict.missed,
         duplicates=r.verdict.duplicates,
         false_deliveries=r.verdict.false_positives,
+        migrations=None,
+        inactive=None,
+        traffic_ms_per_event=r.traffic_ms_per_event,
         wall_s=r.wall_s,
     )
 
 
-def _broker_row(r: BrokerResult) -> Row:
+def inactive(r: BrokerResult, clusters: int) -> str | None:
+    """Why a broker system's own mechanism did not act in run ``r`` (None: it did)."""
+    if r.system in ("pop", "grape") and r.migrations == 0:
+        return (
+            f"no publisher migrated (threshold {r.layout.get('threshold', '?')} publications): "
+            "the row is PADRES plus the relocation's own messages"
+        )
+    if r.system == "padres" and r.workload == "thesis":
+        return "full-domain advertisements: every subscription reaches every broker, as in SIENA"
+    target = r.layout.get("target_clusters_mean")
+    if r.system == "octopia" and isinstance(target, int | float) and target >= clusters:
+        return f"every publisher's CIV names all {clusters} clusters: no cluster is pruned"
+    return None
+
+
+def _broker_row(r: BrokerResult, clusters: int) -> Row:
     dl, te = r.delivery_latency_ms, r.table_entries
     return Row(
         system=r.system,
@@ -208,6 +265,9 @@ def _broker_row(r: BrokerResult) -> Row:
         missed=r.verdict.missed,
         duplicates=r.verdict.duplicates,
         false_deliveries=r.verdict.false_positives,
+        migrations=r.migrations if r.system in ("pop", "grape") else None,
+        inactive=inactive(r, clusters),
+        traffic_ms_per_event=r.traffic_ms_per_event,
         wall_s=r.wall_s,
     )
 
@@ -224,22 +284,54 @@ def compare(
     out_dir: Path | str | None = None,
     force: bool = False,
     csv: CsvSource = NO_CSV,
+    workload: str = "thesis",
+    publishers: int = 0,
 ) -> Comparison:
     """Run ``systems`` (in the order given) on one workload; ``progress(system)`` gives each
     run's progress callback. ``out_dir``: each system's run log in ``out_dir/<system>/`` and
     the table in ``out_dir/compare.json`` (written last: its presence means all finished);
     ``force`` replaces an earlier comparison there. ``csv``: with a file, every system publishes
-    its rows (``--events-from``, as ``sim run thesis``)."""
+    its rows (``--events-from``, as ``sim run thesis``). ``workload``: ``thesis`` or
+    ``clustered`` (every system, the thesis overlay included, on POP/GRAPE's workload with
+    ``publishers`` publishers; 0: events // (2 x the threshold), at least 1)."""
     unknown = [s for s in systems if s not in ALL_SYSTEMS]
     if unknown or not systems:
         raise LocalProtocolError(
             f"--systems takes some of {','.join(ALL_SYSTEMS)}; got {','.join(systems)}"
         )
+    if workload not in COMPARE_WORKLOADS:
+        raise LocalProtocolError(f"--workload {workload}: one of {', '.join(COMPARE_WORKLOADS)}")
+    defaults = BrokerParams()
+    clustered = workload != "thesis"
+    if clustered:
+        if csv.events_from is not None:
+            raise LocalProtocolError(
+                f"--events-from {csv.events_from}: needs --workload thesis (the clustered "
+                "workload draws its own events, one advertisement box per publisher)"
+            )
+        publishers = publishers or max(1, min(nodes // 2, events // (2 * defaults.threshold)))
+        if not 1 <= publishers <= nodes // 2:
+            raise LocalProtocolError(f"--publishers {publishers}: must be in [1, --nodes/2]")
+        if "octopia" in systems and nodes % defaults.clusters:
+            raise LocalProtocolError(
+                f"--nodes {nodes}: the clustered workload with octopia needs a multiple of its "
+                f"{defaults.clusters} clusters (every system then draws it over the same brokers)"
+            )
     order = list(dict.fromkeys(systems))
     base = _prepare(Path(out_dir), order, force) if out_dir is not None else None
-    out = Comparison(nodes, subs_per_node, events, seed, latency, events_from=csv.events_from)
+    out = Comparison(
+        nodes,
+        subs_per_node,
+        events,
+        seed,
+        latency,
+        events_from=csv.events_from,
+        workload=workload,
+        publishers=publishers if clustered else None,
+    )
+    shared = {"workload": workload, "publishers": publishers} if clustered else {}
 
-    def params(cls: Callable[..., T]) -> T:
+    def params(cls: Callable[..., T], **extra: Any) -> T:
         """One system's parameters: the comparison's workload, the system's defaults."""
         return cls(
             nodes=nodes,
@@ -250,6 +342,7 @@ def compare(
             events_from=csv.events_from,
             missing=csv.missing,
             columns=csv.columns,
+            **extra,
         )
 
     for system in order:
@@ -257,13 +350,13 @@ def compare(
         log = base / system if base is not None else None
         if system == "thesis":
             sc = _MeasuredThesis()
-            tp = params(ThesisParams)
+            tp = params(ThesisParams, **shared)
             out.rows.append(_thesis_row(sc, sc.run(tp, say, log, force=force)))
         else:
             scenario = BY_SYSTEM[system]
-            bp = params(scenario.params_type)
+            bp = params(scenario.params_type, **shared)
             assert isinstance(bp, BrokerParams)
-            out.rows.append(_broker_row(scenario().run(bp, say, log, force=force)))
+            out.rows.append(_broker_row(scenario().run(bp, say, log, force=force), bp.clusters))
     if base is not None:
         doc = {"format": "rangecast-compare", "systems": order, **out.json()}
         (base / COMPARE_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True))

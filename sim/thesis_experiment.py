@@ -70,6 +70,7 @@ from rangecast.sim.scenario import (
     param,
     substrate_title,
 )
+from rangecast.sim.workloads import WorkloadSpec, paper_plan
 
 INSTALL_KINDS = ("ProbeSub", "InstallAck", "LeafUpdate", "TransferSub")
 PROBE_KINDS = ("ProbePub", "ProbePubMulticast")
@@ -92,6 +93,17 @@ class ThesisParams(OnDht):
     missing: float | str | None = missing_param()
     columns: str | None = columns_param()
     latency: str = param("synthetic", LATENCY_HELP)
+    workload: str = param(
+        "thesis",
+        "thesis: the thesis' workload (Tables 4.2-4.3; a random publisher per event); "
+        "clustered: POP/GRAPE's (--publishers long-lived publishers, one stock symbol each, 5%% "
+        "of the subscribers high-rated at one node), the broker systems' work in sim compare",
+        choices=("thesis", "clustered"),
+    )
+    publishers: int = param(10, "clustered: publishers, one symbol each")
+    sub_brokers: int = param(
+        0, "clustered: the X nodes with subscribers (the hot one and X-1 at random); 0: all"
+    )
     capacity: tuple[int, int] = (10, 30)
     sub_gap_ms: float = 2000.0
     pub_gap_ms: float = 1000.0
@@ -133,6 +145,19 @@ class ThesisParams(OnDht):
         if self.sub_gap_ms <= 0 or self.pub_gap_ms <= 0:
             raise LocalProtocolError("inter-arrival times must be positive")
         check_csv_params(self)
+        if self.workload != "thesis":
+            if not 1 <= self.publishers <= self.nodes // 2:
+                raise LocalProtocolError(
+                    f"--publishers {self.publishers}: must be in [1, --nodes/2]"
+                )
+            if not 0 <= self.sub_brokers <= self.nodes:
+                raise LocalProtocolError(
+                    f"--sub-brokers {self.sub_brokers}: 0 (all) or in [1, --nodes]"
+                )
+            if self.events_from is not None:
+                raise LocalProtocolError(
+                    f"--events-from {self.events_from}: needs --workload thesis"
+                )
 
 
 #: The setting of the thesis' own run (Chapter 4, Tables 4.1-4.3), the only one its figures
@@ -154,6 +179,8 @@ def thesis_comparison(params: ThesisParams, subscriptions: int, events: int) -> 
         diffs.append(f"{subscriptions:,} subscriptions, thesis installed {THESIS_SUBSCRIPTIONS:,}")
     if events != t.events:
         diffs.append(f"{events:,} events, thesis published {t.events:,}")
+    if params.workload != t.workload:
+        diffs.append(f"the {params.workload} workload, thesis ran its own (Table 4.3)")
     if params.events_from is not None:
         diffs.append(
             f"events from {Path(params.events_from).name}, thesis generated its own (Table 4.3)"
@@ -476,6 +503,9 @@ class ThesisResult(TimedResult):
     messages_per_subscription: float
     bytes_per_event: float
     messages_per_event: float
+    #: One-way propagation delays of every message of the event phase, summed, per event (ms):
+    #: traffic weighed by latency (NetStats.delay_ms).
+    traffic_ms_per_event: float
     sim_messages: int
     sim_time_s: float
     sim_messages_per_s: float
@@ -546,6 +576,9 @@ class ThesisResult(TimedResult):
             f"top-20 {pr['top20_mean']:.0f}, max {pr['max']:.0f}   ({r['probe']} probes)",
             f"  delivery bandwidth mean {dv['mean']:.0f} B per event per node, "
             f"top-20 {dv['top20_mean']:.0f}, max {dv['max']:.0f}   ({r['delivery']} delivery)",
+            f"  per event          {r['messages_per_event']:.1f} messages, "
+            f"{r['bytes_per_event']:,.0f} bytes, latency-weighted traffic "
+            f"{r['traffic_ms_per_event']:,.0f} ms",
             f"  2d-tree            {tree['leaves']:,} leaves, {tree['internal']:,} internal, "
             f"max depth {tree['max_depth']}",
             f"  simulated messages {r['sim_messages']:,}; wall {r['wall_s']:.1f} s "
@@ -588,7 +621,18 @@ class Thesis(PubSubScenario[ThesisParams, ThesisResult]):
         # The thesis' own bookkeeping: deliveries in arrays, not the harness' sets (10^8 pairs).
         params = self.params
         index_of_id = {self.net.space.to_bytes(p.id): i for i, p in enumerate(self.net.peers)}
-        self.n_subs = max(1, round(params.nodes * params.subs_per_node))
+        #: A broker paper's workload (``--workload clustered``), drawn over every node as the
+        #: broker systems draw it over their brokers; None: the thesis workload.
+        self.paper = (
+            paper_plan(WorkloadSpec.of(params), range(params.nodes))
+            if params.workload != "thesis"
+            else None
+        )
+        self.n_subs = (
+            len(self.paper.subs)
+            if self.paper is not None
+            else max(1, round(params.nodes * params.subs_per_node))
+        )
         self.deliveries = _Deliveries(self.n_subs)
         self.collector = _Collector(index_of_id, self.deliveries)
         self.collector.sim = self.sim
@@ -607,21 +651,46 @@ class Thesis(PubSubScenario[ThesisParams, ThesisResult]):
         registry.add(self.schema)
         return self.pubsub_stack(registry, self.overlay_cfg)
 
-    def workload(self) -> None:
-        params, sim, say, peers = self.params, self.sim, self.say, self.peers
-        collector, deliveries, n_subs = self.collector, self.deliveries, self.n_subs
-        # ---- stage 1: subscriptions
-        mark = time.perf_counter()
+    def subscription_plan(self, start: float) -> list[tuple[float, int, Subscription]]:
+        """The subscriptions as (time, subscriber node, subscription), from ``start`` (s): the
+        thesis workload's draws, or the paper workload's (``--workload``)."""
+        params = self.params
+        if self.paper is not None:
+            return [(start + t, i, sub) for t, i, sub in self.paper.subs]
         sub_rng = self.stream("subscriptions")
-        self.subs = subs = list[Subscription]()
-        self.called = called = dict[tuple[int, int], float]()
-        t = sim.now
+        t = start
         plan = []
-        for _ in range(n_subs):
+        for _ in range(self.n_subs):
             t += sub_rng.expovariate(1000.0 / params.sub_gap_ms)
             plan.append(
                 (t, sub_rng.randrange(params.nodes), self.workload_gen.subscription(sub_rng))
             )
+        return plan
+
+    def event_plan(self) -> tuple[list[tuple[float | None, ...]], list[tuple[float, int]]]:
+        """The events' values, and per event (gap after the previous one in s, publisher
+        node): the thesis workload's draws, in their order (values first), or the paper
+        workload's."""
+        params = self.params
+        if self.paper is not None:
+            return list(self.paper.events), list(self.paper.pubs)
+        pub_rng = self.stream("events")
+        values = self.source.events(params.events, pub_rng)
+        pubs = []
+        for _ in range(len(values)):
+            gap = pub_rng.expovariate(1000.0 / params.pub_gap_ms)
+            pubs.append((gap, pub_rng.randrange(params.nodes)))
+        return values, pubs
+
+    def workload(self) -> None:
+        sim, say, peers = self.sim, self.say, self.peers
+        collector, deliveries, n_subs = self.collector, self.deliveries, self.n_subs
+        # ---- stage 1: subscriptions
+        mark = time.perf_counter()
+        self.subs = subs = list[Subscription]()
+        self.called = called = dict[tuple[int, int], float]()
+        plan = self.subscription_plan(sim.now)
+        t = plan[-1][0] if plan else sim.now
 
         def do_subscribe(i: int, sub: Subscription) -> None:
             sid = peers[i].overlay.subscribe(sub, sim.now)
@@ -645,13 +714,14 @@ class Thesis(PubSubScenario[ThesisParams, ThesisResult]):
         if self.out_dir is not None:
             self.trees.take("installed", (p.overlay for p in peers))
         self.install_traffic = (sim.stats.messages, sim.stats.bytes)
+        self.install_delay_ms = sim.stats.delay_ms
 
         # ---- stage 2: events
         mark = time.perf_counter()
         schema = self.schema
         self.oracle = oracle = MatchOracle(schema, subs)
-        pub_rng = self.stream("events")
-        self.event_values = event_values = self.source.events(params.events, pub_rng)
+        self.event_values, pubs = self.event_plan()
+        event_values = self.event_values
         self.published = published = dict[int, float]()
         self.publisher = publisher = dict[int, int]()
 
@@ -664,9 +734,9 @@ class Thesis(PubSubScenario[ThesisParams, ThesisResult]):
             sim.poke(i)
 
         t = sim.now
-        for k in range(len(event_values)):
-            t += pub_rng.expovariate(1000.0 / params.pub_gap_ms)
-            sim.call_at(t, do_publish, k, pub_rng.randrange(params.nodes))
+        for k, (gap, i) in enumerate(pubs):
+            t += gap
+            sim.call_at(t, do_publish, k, i)
         collector.expect_installs = -1
         say(f"publishing {len(event_values):,} events")
         say.phase("publishing", len(event_values), lambda: len(published), "events")
@@ -780,6 +850,9 @@ class Thesis(PubSubScenario[ThesisParams, ThesisResult]):
             messages_per_subscription=install_messages / n_subs,
             bytes_per_event=(sim.stats.bytes - install_bytes) / n_events if n_events else 0.0,
             messages_per_event=((sim_messages - install_messages) / n_events if n_events else 0.0),
+            traffic_ms_per_event=(
+                (sim.stats.delay_ms - self.install_delay_ms) / n_events if n_events else 0.0
+            ),
             sim_messages=sim_messages,
             sim_time_s=sim.now,
             wall_s=wall,

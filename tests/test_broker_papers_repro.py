@@ -144,15 +144,15 @@ def test_all_subscribers_at_one_broker_pop_and_grape_choose_alike() -> None:
 
 
 def test_sub_brokers_places_subscribers_on_x_brokers() -> None:
-    from rangecast.sim.broker_experiment import paper_plan
+    from rangecast.sim.workloads import WorkloadSpec, paper_plan
 
     def params(**kw: Any) -> BrokerParams:
         return BrokerParams(**{**CLUSTERED, "system": "padres", **kw})
 
-    pl = paper_plan(params(sub_brokers=5), list(range(63)))
+    pl = paper_plan(WorkloadSpec.of(params(sub_brokers=5)), list(range(63)))
     assert len({i for _, i, _ in pl.subs}) == 5
     assert pl.marks["hot"] in {i for _, i, _ in pl.subs}
-    one = paper_plan(params(sub_brokers=1), list(range(63)))
+    one = paper_plan(WorkloadSpec.of(params(sub_brokers=1)), list(range(63)))
     assert {i for _, i, _ in one.subs} == {one.marks["hot"]}
     with pytest.raises(LocalProtocolError):
         params(sub_brokers=64).check()

@@ -110,6 +110,48 @@ def test_compare_table_and_errors() -> None:
         assert main(["sim", "compare", "--systems", "siena,nope", "--quiet"]) == 2
 
 
+def test_clustered_comparison_lets_every_mechanism_act() -> None:
+    """POP/GRAPE's workload for every system, the thesis overlay included: the same deliveries
+    expected everywhere, every run exact, the publishers moved, and a row whose own mechanism
+    did not act says why."""
+    c = compare(ALL_SYSTEMS, nodes=40, subs_per_node=2.5, events=400, workload="clustered")
+    assert c.publishers == 2  # 400 events / (2 x the threshold of 100)
+    assert len({r.expected_deliveries for r in c.rows}) == 1
+    assert c.succeeded()
+    rows = {r.system: r for r in c.rows}
+    assert rows["pop"].migrations and rows["grape"].migrations
+    assert rows["siena"].migrations is None and rows["thesis"].inactive is None
+    assert all(r.traffic_ms_per_event > 0 for r in c.rows)
+    # The same system on the thesis workload: no relocation, full-domain ads.
+    t = {
+        r.system: r for r in compare(("padres", "pop"), nodes=40, subs_per_node=2.5, events=60).rows
+    }
+    assert (
+        t["pop"].migrations == 0
+        and t["pop"].inactive
+        and "no publisher migrated" in t["pop"].inactive
+    )
+    assert t["padres"].inactive and "full-domain" in t["padres"].inactive
+    assert "did not act" in c.table() or not any(r.inactive for r in c.rows)
+
+
+def test_false_deliveries_fail_a_row() -> None:
+    (row,) = compare(("siena",), **SMALL).rows  # type: ignore[arg-type]
+    assert row.ok()
+    assert not replace(row, false_deliveries=1).ok()
+
+
+def test_clustered_comparison_errors() -> None:
+    from rangecast.dht.errors import LocalProtocolError
+
+    with pytest.raises(LocalProtocolError, match="--workload"):
+        compare(("siena",), workload="burst", **SMALL)  # type: ignore[arg-type]
+    with pytest.raises(LocalProtocolError, match="--publishers 30"):
+        compare(("siena",), workload="clustered", publishers=30, **SMALL)  # type: ignore[arg-type]
+    with pytest.raises(LocalProtocolError, match="multiple of its 5 clusters"):
+        compare(("octopia",), workload="clustered", nodes=42, events=10)
+
+
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_each_system_has_its_command(system: str) -> None:
     assert SCENARIOS[system] is BY_SYSTEM[system]

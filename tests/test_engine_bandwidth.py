@@ -131,3 +131,15 @@ def test_uplinks_are_off_by_default_and_must_be_positive():
     assert [at for at, _ in hosts[1].arrivals] == [ONE_WAY_MS / 1000] * 2
     with pytest.raises(LocalProtocolError):
         sim.set_uplink(0, 0.0)
+
+
+def test_latency_weighted_traffic_sums_each_message_one_way_delay_not_its_queueing():
+    """NetStats.delay_ms: every message sent adds its propagation delay, however long it waited
+    on a busy uplink (queueing is the load's effect, not the route's)."""
+    sim, hosts = network(3)
+    sim.set_uplink(0, 1e6)
+    send(sim, hosts, 0, 1, [50_000, 50_000])
+    send(sim, hosts, 2, 1, [10])
+    sim.run()
+    assert len(hosts[1].arrivals) == 3
+    assert sim.stats.delay_ms == 3 * ONE_WAY_MS

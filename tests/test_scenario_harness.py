@@ -44,7 +44,7 @@ KEYS = {
     "mean_rtt_ms messages_by_type messages_per_event messages_per_subscription missed nodes "
     "overlay partial probe probe_bytes_per_event_per_node publish_bytes_per_event_per_node "
     "root_cache schema seed sim_messages sim_messages_per_s sim_time_s subscriptions "
-    "thesis_comparison tree wall_phases_s wall_s",
+    "thesis_comparison traffic_ms_per_event tree wall_phases_s wall_s",
     "churn": "crashed deliveries delivery_recall dht dht_repair_bytes dht_repair_messages "
     "duplicates events expected_deliveries fail_fraction false_positives joins "
     "joins_completed latency_model lookup nodes overlay pieces_in_lost_sets repair_bytes "
