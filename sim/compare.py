@@ -57,7 +57,15 @@ from rangecast.sim.broker_experiment import (
 from rangecast.sim.event_source import NO_CSV, CsvSource
 from rangecast.sim.thesis_experiment import Thesis, ThesisParams, ThesisResult
 
-__all__ = ["ALL_SYSTEMS", "COMPARE_FILE", "COMPARE_WORKLOADS", "Comparison", "Row", "compare"]
+__all__ = [
+    "ALL_SYSTEMS",
+    "COMPARE_FILE",
+    "COMPARE_WORKLOADS",
+    "Comparison",
+    "Row",
+    "compare",
+    "inactive",
+]
 
 ALL_SYSTEMS = ("thesis", *SYSTEMS)
 #: The workloads every system can run (``--workload``).
@@ -230,22 +238,30 @@ def _thesis_row(sc: _MeasuredThesis, r: ThesisResult) -> Row:
     )
 
 
-def inactive(r: BrokerResult, clusters: int) -> str | None:
-    """Why a broker system's own mechanism did not act in run ``r`` (None: it did)."""
-    if r.system in ("pop", "grape") and r.migrations == 0:
+def inactive(
+    system: str, workload: str, migrations: int | None, layout: dict[str, Any]
+) -> str | None:
+    """Why a system's own mechanism did not act in a run (None: it did, or it has none to
+    speak of), from what the run reports: its workload, migrations and layout."""
+    if system in ("pop", "grape") and migrations == 0:
         return (
-            f"no publisher migrated (threshold {r.layout.get('threshold', '?')} publications): "
+            f"no publisher migrated (threshold {layout.get('threshold', '?')} publications): "
             "the row is PADRES plus the relocation's own messages"
         )
-    if r.system == "padres" and r.workload == "thesis":
+    if system == "padres" and workload == "thesis":
         return "full-domain advertisements: every subscription reaches every broker, as in SIENA"
-    target = r.layout.get("target_clusters_mean")
-    if r.system == "octopia" and isinstance(target, int | float) and target >= clusters:
+    target, clusters = layout.get("target_clusters_mean"), layout.get("clusters")
+    if (
+        system == "octopia"
+        and isinstance(target, int | float)
+        and isinstance(clusters, int)
+        and target >= clusters
+    ):
         return f"every publisher's CIV names all {clusters} clusters: no cluster is pruned"
     return None
 
 
-def _broker_row(r: BrokerResult, clusters: int) -> Row:
+def _broker_row(r: BrokerResult) -> Row:
     dl, te = r.delivery_latency_ms, r.table_entries
     return Row(
         system=r.system,
@@ -266,7 +282,7 @@ def _broker_row(r: BrokerResult, clusters: int) -> Row:
         duplicates=r.verdict.duplicates,
         false_deliveries=r.verdict.false_positives,
         migrations=r.migrations if r.system in ("pop", "grape") else None,
-        inactive=inactive(r, clusters),
+        inactive=inactive(r.system, r.workload, r.migrations, r.layout),
         traffic_ms_per_event=r.traffic_ms_per_event,
         wall_s=r.wall_s,
     )
@@ -356,7 +372,7 @@ def compare(
             scenario = BY_SYSTEM[system]
             bp = params(scenario.params_type, **shared)
             assert isinstance(bp, BrokerParams)
-            out.rows.append(_broker_row(scenario().run(bp, say, log, force=force), bp.clusters))
+            out.rows.append(_broker_row(scenario().run(bp, say, log, force=force)))
     if base is not None:
         doc = {"format": "rangecast-compare", "systems": order, **out.json()}
         (base / COMPARE_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True))

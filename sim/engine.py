@@ -82,6 +82,10 @@ def sim_addr(index: int) -> bytes:
     return index.to_bytes(4, "big") + PORT
 
 
+#: The run log's hook: (time, src, dst, type name, bytes, message, dropped, one-way delay ms).
+MessageHook = Callable[[float, int, int, str, int, Any, bool, float], None]
+
+
 def _counters(n: int = 0) -> array[int]:
     """Per-node counters in one compact array (64-bit: a node sends far fewer than 2^63
     bytes): each message updates a few at random nodes, and in a list every count would be an
@@ -182,7 +186,7 @@ class Simulator:
         self._flush_fn: Callable[[int], None] | None = None
         self._on_events: Callable[[int, list[Any]], None] | None = None
         self._take_events: list[Callable[[], list[Any]] | None] = []
-        self._message_log: Callable[[float, int, int, str, int, Any, bool], None] | None = None
+        self._message_log: MessageHook | None = None
         self._drop: Callable[[int, int, Any], bool] | None = None
 
     @property
@@ -197,15 +201,14 @@ class Simulator:
         self._flush_fn = None
 
     @property
-    def message_log(self) -> Callable[[float, int, int, str, int, Any, bool], None] | None:
+    def message_log(self) -> MessageHook | None:
         """Run log hook (``sim.runlog.MessageLog.record``): every charged message, with whether
-        the network dropped it. None (the default) costs one check per message."""
+        the network dropped it and its one-way propagation delay (ms; 0 when dropped). None
+        (the default) costs one check per message."""
         return self._message_log
 
     @message_log.setter
-    def message_log(
-        self, hook: Callable[[float, int, int, str, int, Any, bool], None] | None
-    ) -> None:
+    def message_log(self, hook: MessageHook | None) -> None:
         self._message_log = hook
         self._flush_fn = None
 
@@ -423,7 +426,7 @@ class Simulator:
                     if dst is None:
                         stats.unknown_addr += 1
                         if log is not None:
-                            log(now, i, -1, tc.name, size, msg, True)
+                            log(now, i, -1, tc.name, size, msg, True, 0.0)
                         continue
                     depart = now
                     if uplink is not None:
@@ -441,12 +444,12 @@ class Simulator:
                     ):
                         stats.lost += 1
                         if log is not None:
-                            log(now, i, dst, tc.name, size, msg, True)
+                            log(now, i, dst, tc.name, size, msg, True, 0.0)
                         continue
-                    if log is not None:
-                        log(now, i, dst, tc.name, size, msg, False)
                     d = one_way(i, dst)
                     delay += d
+                    if log is not None:
+                        log(now, i, dst, tc.name, size, msg, False, d)
                     push(q, (depart + d * 0.001, next(seq), _MSG, dst, i, msg))
                 sent_messages[i] += len(out)
                 sent_bytes[i] += nbytes

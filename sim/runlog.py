@@ -49,6 +49,9 @@ MESSAGES_SCHEMA = pa.schema(
         ("eid", pa.int64()),
         ("sid", pa.int64()),
         ("dropped", pa.bool_()),
+        # The one-way propagation delay the message took (ms; 0 when dropped): the sum over
+        # a phase is its latency-weighted traffic (NetStats.delay_ms).
+        ("delay_ms", pa.float64()),
     ]
 )
 
@@ -117,9 +120,18 @@ class MessageLog:
         self._eid = array("q")
         self._sid = array("q")
         self._dropped = array("b")
+        self._delay = array("d")
 
     def record(
-        self, t: float, src: int, dst: int, type_name: str, size: int, msg: Any, dropped: bool
+        self,
+        t: float,
+        src: int,
+        dst: int,
+        type_name: str,
+        size: int,
+        msg: Any,
+        dropped: bool,
+        delay_ms: float,
     ) -> None:
         code = self._types.get(type_name)
         if code is None:
@@ -154,6 +166,7 @@ class MessageLog:
         self._eid.append(eid)
         self._sid.append(sid)
         self._dropped.append(dropped)
+        self._delay.append(delay_ms)
         if len(self._t) >= ROW_GROUP:
             self._flush()
 
@@ -173,6 +186,7 @@ class MessageLog:
                 pa.array(self._eid, pa.int64()),
                 pa.array(self._sid, pa.int64()),
                 pa.array(self._dropped, pa.int8()).cast(pa.bool_()),
+                pa.array(self._delay, pa.float64()),
             ],
             schema=MESSAGES_SCHEMA,
         )

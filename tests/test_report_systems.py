@@ -50,6 +50,8 @@ def test_recomputed_comparison_equals_the_runs(
         for col in COLUMNS:
             want = row[col]
             assert rec["comparison"][col] == (None if want is None else pytest.approx(want)), col
+        assert rec["comparison"]["traffic_ms_per_event"] > 0  # from the messages' delay_ms
+        assert rec["comparison"]["inactive"] == row["inactive"]
         brokers = f.run.summary.get("brokers", 40)  # (every thesis node counts)
         assert len(f.node_values[LOAD]) == brokers
         if f.run.kind != "thesis":
@@ -66,3 +68,15 @@ def test_recomputed_comparison_equals_the_runs(
     cdf = shown[0].data[0]["lines"]
     assert [ln["label"] for ln in cdf] == list(SYSTEMS)
     assert html is not None and "Systems compared" in html.read_text()
+    # OctopiA on the thesis workload: every CIV names every cluster, and the page says so.
+    assert "octopia *" in report.systems[0].rows[2][0]
+    assert "its mechanism did not act" in report.systems[0].note
+
+
+def test_identical_series_are_drawn_once_and_said() -> None:
+    from rangecast.analysis.report.systems import identical
+
+    merged, said = identical([("siena", [1, 2]), ("padres", [1, 2]), ("kyra", [1, 3])])
+    assert merged == [("siena = padres (identical)", [1, 2]), ("kyra", [1, 3])]
+    assert said == " Identical, so drawn as one line: siena and padres."
+    assert identical([("a", [1])]) == ([("a", [1])], "")

@@ -24,6 +24,7 @@ from rangecast.analysis.report.systems_job import COLUMNS, LOAD, groups, workloa
 HEADERS = (
     "msgs/event",
     "bytes/event",
+    "traffic ms/event",
     "hops/delivery",
     "latency mean (ms)",
     "latency p90 (ms)",
@@ -98,6 +99,21 @@ def _workload(figs: Sequence[RunFigures]) -> str:
     return ", ".join(words)
 
 
+def identical(series: Sequence[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], str]:
+    """Series with the same data drawn once, under one label ("siena = padres (identical)"),
+    so that no line hides another; and a sentence saying which coincide ("" when none)."""
+    merged: list[tuple[list[str], Any]] = []
+    for label, data in series:
+        same = next((m for m in merged if m[1] == data), None)
+        if same is None:
+            merged.append(([label], data))
+        else:
+            same[0].append(label)
+    out = [(" = ".join(ls) + (" (identical)" if len(ls) > 1 else ""), d) for ls, d in merged]
+    said = [" and ".join(ls) for ls, _ in merged if len(ls) > 1]
+    return out, (" Identical, so drawn as one line: " + "; ".join(said) + "." if said else "")
+
+
 def _add(report: Report, title: str, drawn: Any, figs: Sequence[RunFigures], what: str) -> None:
     models = sorted({f.run.latency_name for f in figs})
     caption = f"{what} Latency model: {', '.join(models)}."
@@ -115,8 +131,17 @@ def systems(report: Report, out: Path) -> None:
         names = labels(figs)
         work = _workload(figs)
         rows = [
-            [name, *(_cell(f.recomputed["comparison"].get(c), c) for c in COLUMNS)]
+            [
+                name + (" *" if f.recomputed["comparison"].get("inactive") else ""),
+                *(_cell(f.recomputed["comparison"].get(c), c) for c in COLUMNS),
+                _cell(f.recomputed["comparison"].get("migrations"), "migrations"),
+            ]
             for name, f in zip(names, figs, strict=True)
+        ]
+        idle = [
+            f"* {name}: its mechanism did not act in this run: {why}."
+            for name, f in zip(names, figs, strict=True)
+            if (why := f.recomputed["comparison"].get("inactive"))
         ]
         data = [
             {"run": str(f.run.dir), "label": name, **f.recomputed["comparison"]}
@@ -125,41 +150,55 @@ def systems(report: Report, out: Path) -> None:
         report.systems.append(
             SystemsTable(
                 f"Systems compared: {work}",
-                ["run", *HEADERS],
+                ["run", *HEADERS, "migrations"],
                 rows,
                 data,
-                "Recomputed by Spark from each run's log (docs/run-logs.md): messages and bytes "
-                "of the event phase (from the first publish call on) per event, delivery "
+                " ".join(idle)
+                + (" " if idle else "")
+                + "Recomputed by Spark from each run's log (docs/run-logs.md): messages and bytes "
+                "of the event phase (from the first publish call on) per event, its "
+                "latency-weighted traffic (the messages' one-way delays summed, per event), "
+                "delivery "
                 "latency of the expected deliveries, table entries per node (brokers: SRT + "
                 "PRT entries; thesis: subscription pieces stored), load = messages sent + "
-                "received per node in the event phase, set-up = every message before it. "
-                "Runs from 'sim compare --out' are also checked against its compare.json.",
+                "received per node in the event phase, set-up = every message before it; "
+                "migrations (POP, GRAPE) from the run's summary. Runs from 'sim compare --out' "
+                "are also checked against its compare.json.",
             )
         )
         stem = f"systems{n + 1:02d}"
         runs_text = "; ".join(f"{name}: {f.run.dir}" for name, f in zip(names, figs, strict=True))
         what = "delivery latency of every expected delivery, a line per system"
+        latency, same = identical(
+            [
+                (name, list(f.latency_hist.get("delivery_latency_ms", [])))
+                for name, f in zip(names, figs, strict=True)
+            ]
+        )
         drawn = plots.cdfs(
             out / f"{stem}-latency.png",
             f"Delivery latency CDF - {work}",
             "delivery latency (ms)",
-            [
-                plots.Dist(name, f.latency_hist.get("delivery_latency_ms", []), LATENCY_BIN_MS)
-                for name, f in zip(names, figs, strict=True)
-            ],
+            [plots.Dist(name, points, LATENCY_BIN_MS) for name, points in latency],
         )
         _add(
             report,
             "Delivery latency CDF",
             drawn,
             figs,
-            f"Cumulative share of the {what} (in {LATENCY_BIN_MS:g} ms bins); {runs_text}.",
+            f"Cumulative share of the {what} (in {LATENCY_BIN_MS:g} ms bins); {runs_text}." + same,
+        )
+        load, same = identical(
+            [
+                (name, sorted(f.node_values.get(LOAD, [])))
+                for name, f in zip(names, figs, strict=True)
+            ]
         )
         drawn = plots.rank(
             out / f"{stem}-load.png",
             f"Per-node load, busiest first - {work}",
             "messages sent + received in the event phase",
-            [(name, f.node_values.get(LOAD, [])) for name, f in zip(names, figs, strict=True)],
+            load,
         )
         _add(
             report,
@@ -167,7 +206,7 @@ def systems(report: Report, out: Path) -> None:
             drawn,
             figs,
             "Each node's (broker's) messages sent + received in the event phase, nodes sorted "
-            f"busiest first, a line per system; {runs_text}.",
+            f"busiest first, a line per system; {runs_text}." + same,
         )
 
 
@@ -179,4 +218,4 @@ def as_json(report: Report) -> list[dict[str, Any]]:
     ]
 
 
-__all__ = ["as_json", "labels", "systems"]
+__all__ = ["as_json", "identical", "labels", "systems"]

@@ -32,6 +32,7 @@ from rangecast.analysis.report.spark_job import (
     figure_stats,
 )
 from rangecast.sim.broker_experiment import SYSTEMS, gini
+from rangecast.sim.compare import inactive
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,6 +47,7 @@ BROKER_TABLES = ("messages", "nodes", "deliveries", "events")
 COLUMNS = (
     "messages_per_event",
     "bytes_per_event",
+    "traffic_ms_per_event",
     "hops_per_delivery",
     "latency_mean_ms",
     "latency_p90_ms",
@@ -160,12 +162,13 @@ def recompute_systems(
     brokers = [r for r in chosen if r.kind != THESIS]
     t0 = _event_start(spark, thesis, brokers)
     traffic = _traffic(spark, chosen, t0)
+    delays = _delays(spark, [r for r in chosen if r.index in compared], t0)
     load = _load(spark, chosen, brokers, t0)
     tables = _tables(spark, thesis, brokers)
     if brokers:
         _broker_figures(spark, brokers, out, traffic, load, tables)
     for i in compared:
-        _comparison(out[i], traffic.get(i, {}), load.get(i, []), tables.get(i, {}))
+        _comparison(out[i], traffic.get(i, {}), load.get(i, []), tables.get(i, {}), delays.get(i))
 
 
 def _event_start(
@@ -229,6 +232,27 @@ def _traffic(
     out: dict[int, dict[tuple[bool, str], tuple[int, int]]] = defaultdict(dict)
     for row in rows:
         out[row["run"]][(bool(row["event"]), str(row["type"]))] = (int(row["m"]), int(row["b"]))
+    return out
+
+
+def _delays(spark: SparkSession, runs: Sequence[RunLog], t0: dict[int, float]) -> dict[int, float]:
+    """Latency-weighted traffic of the event phase: the one-way delays of its messages, summed
+    (ms), per run whose log records them (``messages.delay_ms``; older logs do not: absent)."""
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    have = [r for r in runs if "delay_ms" in pq.read_schema(r.table("messages")).names]
+    if not have:
+        return {}
+    rows = (
+        _read(spark, have, "messages", ("t_s", "delay_ms"))
+        .where(_phase(t0))
+        .groupBy("run")
+        .agg(F.sum("delay_ms").alias("d"))
+        .collect()
+    )
+    out = dict.fromkeys((r.index for r in have), 0.0)
+    out.update({row["run"]: float(row["d"] or 0.0) for row in rows})
     return out
 
 
@@ -407,8 +431,12 @@ def _comparison(
     traffic: dict[tuple[bool, str], tuple[int, int]],
     load: Sequence[int],
     tables: dict[str, list[int]],
+    delay_ms: float | None = None,
 ) -> None:
-    """The comparison table's columns for one run, and their check against ``compare.json``."""
+    """The comparison table's columns for one run, and their check against ``compare.json``;
+    ``delay_ms``: the event phase's latency-weighted traffic (None: the log predates it).
+    Migrations and whether the system's mechanism acted come from the run's summary (they are
+    not in the message log)."""
     rec = fig.recomputed
     thesis = fig.run.kind == THESIS
     events = int(rec.get("events") or 0)
@@ -420,6 +448,7 @@ def _comparison(
     row: dict[str, Any] = {
         "messages_per_event": event_m / events if events else 0.0,
         "bytes_per_event": event_b / events if events else 0.0,
+        "traffic_ms_per_event": (delay_ms / events if delay_ms is not None and events else None),
         "hops_per_delivery": None if thesis else rec.get("hops_per_delivery"),
         "latency_mean_ms": lat.get("mean"),
         "latency_p90_ms": lat.get("p90"),
@@ -435,6 +464,14 @@ def _comparison(
         "duplicates": rec.get("duplicates"),
         "false_deliveries": rec.get("false_positives"),
     }
+    summary = fig.run.summary
+    migrations = None if thesis else summary.get("migrations")
+    logged = summary.get("layout")
+    layout: dict[str, Any] = logged if isinstance(logged, dict) else {}
+    row["migrations"] = migrations if fig.run.kind in ("pop", "grape") else None
+    row["inactive"] = inactive(
+        fig.run.kind, str(fig.run.params.get("workload", "thesis")), migrations, layout
+    )
     rec["comparison"] = row
     fig.node_values[LOAD] = sorted(float(x) for x in load)
     table = compare_rows(fig.run)
@@ -442,7 +479,7 @@ def _comparison(
         return
     for col in COLUMNS:
         a, b = row[col], table.get(col)
-        if a is None and b is None:
+        if (a is None and b is None) or (col == "traffic_ms_per_event" and a is None):
             continue
         if a is None or b is None or not _close(float(a), float(b)):
             fig.mismatches.append(
