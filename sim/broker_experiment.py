@@ -33,8 +33,9 @@ The systems (docs/baselines.md has each one's readings):
 from __future__ import annotations
 
 import math
+import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -108,6 +109,12 @@ class BrokerParams:
     )
     arity: int = param(2, "k of --tree kary")
     clusters: int = param(5, "octopia: clusters m of the SCOT")
+    placement: str = param(
+        "latency",
+        "octopia (and padres --cyclic): brokers into the SCOT's m clusters as m equal-size "
+        "latency groups, each region's brokers the nearest across clusters; or at random",
+        choices=("latency", "random"),
+    )
     dynamic: bool = param(
         False,
         "octopia: dynamic inter-cluster routing (IDR; needs --link-mbps or a service time)",
@@ -288,13 +295,19 @@ class _System:
         return list(range(self.p.nodes // m * m))
 
     def scot_shape(self, brokers: list[int]) -> tuple[list[tuple[int, int]], list[list[int]]]:
-        """OctopiA's SCOT layout: brokers shuffled into m clusters of n/m regions, the shape
-        the tree (--tree) over cluster 0's brokers (positions: their order in the group)."""
+        """OctopiA's SCOT layout: brokers into m clusters of n/m regions (``--placement``:
+        latency groups, or shuffled at random), the shape the tree (--tree) over cluster 0's
+        brokers (positions: their order in the group)."""
         m = self.p.clusters
         n = len(brokers) // m
-        order = list(brokers)
-        self.sc.stream("octopia-layout").shuffle(order)
-        groups = [order[c * n : (c + 1) * n] for c in range(m)]
+        rng = self.sc.stream("octopia-layout")
+        if self.p.placement == "random":
+            order = list(brokers)
+            rng.shuffle(order)
+            groups = [order[c * n : (c + 1) * n] for c in range(m)]
+        else:
+            groups = latency_groups(brokers, m, self.rtt, rng)
+        self.layout["placement"] = self.p.placement
         g = self.tree(groups[0])
         pos = {v: x for x, v in enumerate(groups[0])}
         return [(pos[a], pos[b]) for a, b in g.edges_with()], groups
@@ -307,6 +320,46 @@ class _System:
             g = latency_mst(nodes, self.rtt)
         self.layout.update(tree=p.tree, diameter=_diameter(g, nodes))
         return g
+
+
+def latency_groups(
+    brokers: Sequence[int], m: int, rtt: Callable[[int, int], float], rng: random.Random
+) -> list[list[int]]:
+    """``brokers`` as m equal-size latency groups (OctopiA's clusters: each a site of nearby
+    brokers), in region order: ``groups[c][x]`` is region x of cluster c.
+
+    Centres by farthest-first (the first one drawn from ``rng``), then every (broker, centre)
+    pair by RTT, nearest first, joins while the centre's group has room: a balanced greedy
+    assignment. Region x of cluster c > 0 is the broker of c nearest to region x of cluster 0
+    (the same greedy matching), so a region's iLinks join the closest brokers the groups
+    allow."""
+    n = len(brokers) // m
+    pool = list(brokers[: n * m])
+    centres = [pool[rng.randrange(len(pool))]]
+    while len(centres) < m:
+        centres.append(
+            max(
+                (v for v in pool if v not in centres),
+                key=lambda v: (min(rtt(v, c) for c in centres), -v),
+            )
+        )
+    groups: list[list[int]] = [[] for _ in range(m)]
+    placed: set[int] = set()
+    for _, v, c in sorted((rtt(v, ctr), v, c) for v in pool for c, ctr in enumerate(centres)):
+        if v not in placed and len(groups[c]) < n:
+            groups[c].append(v)
+            placed.add(v)
+    base = sorted(groups[0])
+    ordered = [base]
+    for grp in groups[1:]:
+        slot: dict[int, int] = {}
+        used: set[int] = set()
+        for _, x, v in sorted((rtt(b, v), x, v) for x, b in enumerate(base) for v in grp):
+            if x not in slot and v not in used:
+                slot[x] = v
+                used.add(v)
+        ordered.append([slot[x] for x in range(n)])
+    return ordered
 
 
 def _diameter(g: BrokerGraph, nodes: list[int]) -> int:
