@@ -80,3 +80,20 @@ def test_identical_series_are_drawn_once_and_said() -> None:
     assert merged == [("siena = padres (identical)", [1, 2]), ("kyra", [1, 3])]
     assert said == " Identical, so drawn as one line: siena and padres."
     assert identical([("a", [1])]) == ([("a", [1])], "")
+
+
+def test_a_workload_over_seeds_gets_a_table_of_means_and_intervals(
+    spark: object, compared: Path, tmp_path: Path
+) -> None:
+    again = tmp_path / "seed2"
+    assert compare(SYSTEMS, nodes=40, events=60, seed=2, out_dir=again).succeeded()
+    runs = load_runs([compared, again])
+    figs = recompute(spark, runs)  # type: ignore[arg-type]
+    report, _ = render(figs, tmp_path / "png", tmp_path / "report.html", {"version": "x"})
+    titles = [t.title for t in report.systems]
+    assert len(titles) == 3 and titles[2].startswith("Systems compared over seeds 1, 2:")
+    spread = report.systems[2]
+    assert [r[0].split(" (n=")[0] for r in spread.rows] == list(SYSTEMS)
+    siena = spread.data[1]
+    assert siena["seeds"] == 2 and len(siena["messages_per_event"]) == 2
+    assert " ± " in spread.rows[1][1]  # msgs/event: mean ± half width

@@ -1,5 +1,6 @@
 """The systems comparison page: runs of different systems (the thesis' DHT overlay, the broker
-systems) on one workload, lined up.
+systems) on one workload, lined up; and, for a workload run over several seeds, one more table of
+every column's mean and 95% interval over the seeds (``over_seeds``).
 
 For each set of runs that share a workload, size, seed and latency model
 (``systems_job.groups``): the table of ``rangecast sim compare``'s columns, recomputed by Spark
@@ -12,6 +13,7 @@ apart by that setting.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 from rangecast.analysis.report.model import Figure, Report, SystemsTable
 from rangecast.analysis.report.spark_job import LATENCY_BIN_MS, RunFigures, flatten
 from rangecast.analysis.report.systems_job import COLUMNS, LOAD, groups, workload_key
+from rangecast.analysis.stats import mean_ci
 
 #: The table's headers, in ``systems_job.COLUMNS`` order.
 HEADERS = (
@@ -81,9 +84,10 @@ def _cell(x: Any, col: str) -> str:
     return f"{x:,.1f}" if abs(x) < 100 else f"{x:,.0f}"
 
 
-def _workload(figs: Sequence[RunFigures]) -> str:
-    """The shared workload in words: ``thesis workload, 200 nodes, 5 subs/node, ...``."""
-    key = {k: json.loads(v) for k, v in workload_key(figs[0].run)}
+def _workload(figs: Sequence[RunFigures], without: Sequence[str] = ()) -> str:
+    """The shared workload in words: ``thesis workload, 200 nodes, 5 subs/node, ...``
+    (``without``: keys left out, the seed of a table over seeds)."""
+    key = {k: json.loads(v) for k, v in workload_key(figs[0].run) if k not in without}
     words = [f"{key.pop('workload')} workload"]
     for k, v in key.items():
         if v is None:
@@ -208,6 +212,68 @@ def systems(report: Report, out: Path) -> None:
             "Each node's (broker's) messages sent + received in the event phase, nodes sorted "
             f"busiest first, a line per system; {runs_text}." + same,
         )
+    over_seeds(report)
+
+
+#: The columns a table over seeds summarises (mean and 95% interval), with their headers.
+OVER_SEEDS = (
+    ("messages_per_event", "msgs/event"),
+    ("bytes_per_event", "bytes/event"),
+    ("traffic_ms_per_event", "traffic ms/event"),
+    ("latency_mean_ms", "latency mean (ms)"),
+    ("latency_p90_ms", "latency p90 (ms)"),
+    ("load_max_over_mean", "load max/mean"),
+    ("load_gini", "load Gini"),
+    ("table_entries_mean", "table entries mean"),
+    ("setup_messages", "set-up msgs"),
+    ("migrations", "migrations"),
+)
+
+
+def _spread_cell(values: Sequence[float], col: str) -> str:
+    mean, half = mean_ci(values)
+    if math.isnan(half):
+        return _cell(mean, col)
+    return f"{_cell(mean, col)} ± {_cell(half, col)}"
+
+
+def over_seeds(report: Report) -> None:
+    """One more table per workload run over several seeds: every system's columns as the
+    mean and 95% interval (Student t) over the seeds, from the per-seed tables' rows."""
+    by_index = {f.run.index: f for f in report.runs}
+    merged: dict[str, list[list[RunFigures]]] = {}
+    for group in groups([f.run for f in report.runs]):
+        figs = [by_index[r.index] for r in group]
+        merged.setdefault(_workload(figs, ("seed",)), []).append(figs)
+    for work, sets in merged.items():
+        if len(sets) < 2:
+            continue
+        seeds = sorted({f.run.params.get("seed") for figs in sets for f in figs}, key=str)
+        per_label: dict[str, list[dict[str, Any]]] = {}
+        for figs in sets:
+            for name, f in zip(labels(figs), figs, strict=True):
+                per_label.setdefault(name, []).append(f.recomputed["comparison"])
+        rows, data = [], []
+        for name, recs in per_label.items():
+            cells, values = [], {}
+            for col, _ in OVER_SEEDS:
+                got = [float(r[col]) for r in recs if isinstance(r.get(col), int | float)]
+                values[col] = got
+                cells.append(_spread_cell(got, col) if got else "-")
+            idle = sum(1 for r in recs if r.get("inactive"))
+            rows.append([f"{name} (n={len(recs)})" + (f" *{idle}" if idle else ""), *cells])
+            data.append({"label": name, "seeds": len(recs), "inactive_runs": idle, **values})
+        report.systems.append(
+            SystemsTable(
+                f"Systems compared over seeds {', '.join(map(str, seeds))}: {work}",
+                ["run", *(h for _, h in OVER_SEEDS)],
+                rows,
+                data,
+                "Each cell: the mean over the seeds ± the half width of its 95% interval "
+                "(Student t; n runs per row), from the per-seed tables. '*k': in k of the runs "
+                "the system's own mechanism did not act (the per-seed tables say why).",
+            )
+        )
 
 
 def as_json(report: Report) -> list[dict[str, Any]]:
@@ -218,4 +284,4 @@ def as_json(report: Report) -> list[dict[str, Any]]:
     ]
 
 
-__all__ = ["as_json", "identical", "labels", "systems"]
+__all__ = ["as_json", "identical", "labels", "over_seeds", "systems"]

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rangecast.analysis.stats import mean_ci
+
 VERDICTS = ("reproduced", "differs, explained", "differs", "n/a")
 #: Relative tolerance of a ratio ours / paper: reproduced when 1/(1 + t) <= ratio <= 1 + t.
 REL_TOL = 0.25
@@ -50,9 +52,6 @@ TOLERANCE: dict[str, dict[str, Any]] = {
     "trend": {"direction": "as stated"},
     "info": {"verdict": None, "why": "shown beside the verdicts, never one"},
 }
-#: Two-sided 95% Student t quantiles by degrees of freedom (seeds - 1); beyond, the normal's.
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-Z95 = 1.96
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +65,8 @@ class Stat:
 
     @classmethod
     def of(cls, values: Sequence[float], seeds: Sequence[int]) -> Stat:
-        n = len(values)
-        mean = sum(values) / n
-        if n < 2:
-            return cls(mean, math.nan, tuple(values), tuple(seeds))
-        var = sum((v - mean) ** 2 for v in values) / (n - 1)
-        return cls(mean, T95.get(n - 1, Z95) * math.sqrt(var / n), tuple(values), tuple(seeds))
+        mean, half = mean_ci(values)
+        return cls(mean, half, tuple(values), tuple(seeds))
 
     def as_dict(self) -> dict[str, Any]:
         return {
