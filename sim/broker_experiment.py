@@ -362,6 +362,13 @@ def latency_groups(
     return ordered
 
 
+def _mean_max(values: Sequence[int]) -> dict[str, float]:
+    return {
+        "mean": sum(values) / len(values) if values else 0.0,
+        "max": float(max(values, default=0)),
+    }
+
+
 def _diameter(g: BrokerGraph, nodes: list[int]) -> int:
     """The tree's longest path in hops (a label of the layout): the farthest broker from the
     farthest broker of any start, which holds on a tree whichever node is its root."""
@@ -628,6 +635,9 @@ class BrokerResult(RunResult):
     pure_forwards: int
     #: SRT + PRT entries per broker, over its overlays.
     table_entries: dict[str, float]
+    #: Other brokers each broker keeps links to, over its overlays (mean, max): its routing
+    #: state in peers, as a DHT peer's is the peers in its routing table and leaf set.
+    neighbours: dict[str, float]
     #: Messages sent + received per broker in the event phase: max/mean and Gini.
     load_max_over_mean: float
     load_gini: float
@@ -983,6 +993,12 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
                 "mean": sum(entries) / len(entries) if entries else 0.0,
                 "max": float(max(entries, default=0)),
             },
+            neighbours=_mean_max(
+                [
+                    len({u for o in b.overlays for u in b.neighbours(o)})
+                    for _, b in sorted(net.brokers.items())
+                ]
+            ),
             load_max_over_mean=max(load) / mean_load if mean_load else 0.0,
             load_gini=gini(load),
             setup_messages=setup_messages,

@@ -19,6 +19,9 @@ false-positive receptions    publications a broker received, neither delivered n
                              None for the thesis (its nodes do not filter-forward)
 table entries mean/max       per broker: SRT + PRT entries over its overlays; thesis: the
                              subscription pieces stored at each peer's tree nodes
+neighbours mean/max          routing state in peers: the other nodes a node keeps links to
+                             (brokers: overlay neighbours over all overlays; thesis: the
+                             peers of its DHT routing table and leaf set, ``known_peers``)
 load max/mean, Gini          messages sent + received per node in the event phase
 setup messages               every message until the subscriptions (and ads) are installed
 missed, duplicates, false    the oracle's verdict (false: deliveries it did not expect)
@@ -89,6 +92,8 @@ class Row:
     false_positive_receptions: int | None
     table_entries_mean: float
     table_entries_max: float
+    neighbours_mean: float
+    neighbours_max: float
     load_max_over_mean: float
     load_gini: float
     setup_messages: int
@@ -140,7 +145,8 @@ class Comparison:
         head = (
             "| system | msgs/event | bytes/event | traffic ms/event | hops/delivery "
             "| latency mean/p90/max (ms) | false-pos. receptions | table entries mean/max "
-            "| load max/mean | Gini | set-up msgs | migrations | missed/dup./false |"
+            "| neighbours mean/max | load max/mean | Gini | set-up msgs | migrations "
+            "| missed/dup./false |"
         )
         workload = (
             f", {self.workload} workload ({self.publishers} publishers)"
@@ -153,7 +159,7 @@ class Comparison:
             + (f", events from {self.events_from}" if self.events_from else ""),
             "",
             head,
-            "|" + "---|" * 13,
+            "|" + "---|" * 14,
         ]
 
         def opt(x: float | None, spec: str) -> str:
@@ -167,6 +173,7 @@ class Comparison:
                 f"| {r.latency_mean_ms:.0f} / {r.latency_p90_ms:.0f} / {r.latency_max_ms:.0f} "
                 f"| {opt(r.false_positive_receptions, ',')} "
                 f"| {r.table_entries_mean:,.0f} / {r.table_entries_max:,.0f} "
+                f"| {r.neighbours_mean:,.1f} / {r.neighbours_max:,.0f} "
                 f"| {r.load_max_over_mean:.2f} | {r.load_gini:.3f} | {r.setup_messages:,} "
                 f"| {opt(r.migrations, ',')} | {r.missed}/{r.duplicates}/{r.false_deliveries} |"
             )
@@ -207,6 +214,7 @@ class _MeasuredThesis(Thesis):
             sum(len(n.index) for n in p.overlay.nodes.values() if n.index is not None)
             for p in self.peers
         ]
+        self.neighbours = [len(p.dht.known_peers()) for p in self.peers]
         return result
 
 
@@ -224,6 +232,8 @@ def _thesis_row(sc: _MeasuredThesis, r: ThesisResult) -> Row:
         false_positive_receptions=None,
         table_entries_mean=sum(pieces) / len(pieces) if pieces else 0.0,
         table_entries_max=float(max(pieces, default=0)),
+        neighbours_mean=sum(sc.neighbours) / len(sc.neighbours) if sc.neighbours else 0.0,
+        neighbours_max=float(max(sc.neighbours, default=0)),
         load_max_over_mean=max(load) / mean_load if mean_load else 0.0,
         load_gini=gini(load),
         setup_messages=r.install_phase_messages,
@@ -274,6 +284,8 @@ def _broker_row(r: BrokerResult) -> Row:
         false_positive_receptions=r.false_positive_receptions,
         table_entries_mean=te["mean"],
         table_entries_max=te["max"],
+        neighbours_mean=r.neighbours["mean"],
+        neighbours_max=r.neighbours["max"],
         load_max_over_mean=r.load_max_over_mean,
         load_gini=r.load_gini,
         setup_messages=r.setup_messages,
