@@ -485,3 +485,13 @@ def test_spark_sweep_builds_one_report(tmp_path: Path) -> None:
     assert result.ok, result.report_problem
     assert (out / "report.html").is_file()
     assert json.loads((out / "sweep.json").read_text())["report"] == "report.html"
+
+
+def test_a_spark_worker_with_other_simulation_code_fails_the_run_plainly(tmp_path: Path) -> None:
+    from rangecast.analysis.sweep.spark import _task
+
+    spec = load_plan("smoke").runs[0]
+    outcome = _task(spec, str(tmp_path), code="0" * 20, announce=False)
+    assert outcome["status"] == "failed" and outcome["index"] == spec.index
+    assert "other simulation code" in outcome["error"] and "PYSPARK_PYTHON" in outcome["error"]
+    assert not (tmp_path / "runs").exists()  # nothing ran

@@ -25,8 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from rangecast.analysis.sweep.plan import RunSpec
-from rangecast.analysis.sweep.runs import HEARTBEAT_S, Progress, dispatch_order, execute, recover
+from rangecast.analysis.sweep.runs import (
+    HEARTBEAT_S,
+    Progress,
+    dispatch_order,
+    execute,
+    failed,
+    recover,
+)
 from rangecast.dht.errors import LocalProtocolError
+from rangecast.sim.runlog import code_fingerprint
 
 #: Spark settings for simulation tasks (on top of the session's own).
 TASK_CONF = {
@@ -87,7 +95,9 @@ def run_spark(
     sc = spark.sparkContext
     ordered = dispatch_order(specs)
     # An absolute path: the tasks' working directory is not the driver's.
-    task = functools.partial(execute, out=str(out.resolve()), announce=not progress.quiet)
+    task = functools.partial(
+        _task, out=str(out.resolve()), code=code_fingerprint(), announce=not progress.quiet
+    )
     rdd = sc.parallelize(ordered, numSlices=len(ordered)).map(task)
     done: dict[str, Any] = {}
 
@@ -135,6 +145,20 @@ def run_spark(
         else:
             progress.done += 1
     return outcomes
+
+
+def _task(spec: RunSpec, out: str, code: str, announce: bool) -> dict[str, Any]:
+    """One run in a Spark worker, if the worker runs the driver's simulation code: a worker
+    started from another environment (``PYSPARK_PYTHON``, an executor elsewhere) would unpickle
+    the run's parameters into other classes and run something else, so it fails plainly."""
+    mine = code_fingerprint()
+    if mine != code:
+        return failed(
+            spec,
+            f"the Spark worker runs other simulation code (fingerprint {mine}) than the driver "
+            f"({code}): start the workers with the driver's Python environment (PYSPARK_PYTHON)",
+        )
+    return execute(spec, out, announce=announce)
 
 
 def _task_counts(tracker: Any) -> tuple[int, int]:
