@@ -115,7 +115,15 @@ class _Recorder:
         return got
 
     def __call__(
-        self, now: float, i: int, dst: int, name: str, size: int, msg: Any, dropped: bool
+        self,
+        now: float,
+        i: int,
+        dst: int,
+        name: str,
+        size: int,
+        msg: Any,
+        dropped: bool,
+        delay_ms: float,
     ) -> None:
         if not self.on or name not in PROBE_NAMES:
             return

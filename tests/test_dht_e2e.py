@@ -180,7 +180,7 @@ def test_an_honest_overlay_confirms_every_message_and_blames_nobody() -> None:
 def test_off_by_default_sends_no_route_done() -> None:
     counts: dict[str, int] = {}
     sim, net, log, _ = build(30, 3, dropper=-1, config=PastryConfig(keepalive_s=math.inf))
-    sim.message_log = lambda t, a, b, kind, size, msg, ok: counts.__setitem__(
+    sim.message_log = lambda t, a, b, kind, size, msg, ok, delay: counts.__setitem__(
         kind, counts.get(kind, 0) + 1
     )
     route_round(sim, net, log, -1, random.Random(3), 0, 50, [])

@@ -196,7 +196,9 @@ def test_leaf_table_forwards_travel_as_forward_says(forward: str) -> None:
     )
     grouped_forwards = routed_forwards = 0
 
-    def log(now: float, i: int, dst: int, name: str, size: int, msg: Message, lost: bool) -> None:
+    def log(
+        now: float, i: int, dst: int, name: str, size: int, msg: Message, lost: bool, delay: float
+    ) -> None:
         nonlocal grouped_forwards, routed_forwards
         if name not in ("ProbePub", "ProbePubMulticast"):
             return
