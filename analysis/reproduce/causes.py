@@ -231,11 +231,10 @@ def _busiest_and_min_level(fig: FigureResult, runs: Mapping[str, Sequence[RunRec
         lo, hi = min(st.mean for st in got.values()), max(st.mean for st in got.values())
         text = (
             f"With {probe} probes the busiest node sends {got[ours_level].mean:.1f} times the "
-            f"mean probe bandwidth here, {check.paper:.1f} times in the thesis. A publisher "
-            "selects no zone above RndRegionProbe's minimum level (ours: "
-            f"{ours_level}; 3.4.1 names 'a minimum and maximum tree level: mini and maxi' and "
-            "states only maxi, 10), so the few peers hosting the zones at and just below it "
-            "receive and forward the probes of nearly every event. With the minimum level at "
+            f"mean probe bandwidth here, {check.paper:.1f} times in the thesis. RndRegionProbe's "
+            f"minimum level is ours ({ours_level}; 3.4.1 names 'a minimum and maximum tree "
+            "level: mini and maxi' and states only maxi, 10), and no zone above it is ever "
+            "selected. With the minimum level at "
             + ", ".join(f"{lv}" for lv in levels)
             + " the busiest node sends "
             + ", ".join(f"{got[lv].mean:.1f}" for lv in levels)
