@@ -362,7 +362,8 @@ def latency_groups(
     return ordered
 
 
-def _mean_max(values: Sequence[int]) -> dict[str, float]:
+def mean_max(values: Sequence[int]) -> dict[str, float]:
+    """A per-broker count's summary: mean and max (0 for no brokers)."""
     return {
         "mean": sum(values) / len(values) if values else 0.0,
         "max": float(max(values, default=0)),
@@ -989,11 +990,8 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             },
             false_positive_receptions=sum(s.false_positives for s in stats),
             pure_forwards=sum(s.pure_forwards for s in stats),
-            table_entries={
-                "mean": sum(entries) / len(entries) if entries else 0.0,
-                "max": float(max(entries, default=0)),
-            },
-            neighbours=_mean_max(
+            table_entries=mean_max(entries),
+            neighbours=mean_max(
                 [
                     len({u for o in b.overlays for u in b.neighbours(o)})
                     for _, b in sorted(net.brokers.items())
@@ -1010,10 +1008,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             / n_events
             if n_events
             else 0.0,
-            srt_entries={
-                "mean": sum(self.srt) / len(self.srt) if self.srt else 0.0,
-                "max": float(max(self.srt, default=0)),
-            },
+            srt_entries=mean_max(self.srt),
             messages_by_type=sim.stats.types_json(),
             migrations=migrations,
             layout=self.system.layout,

@@ -130,8 +130,8 @@ def systems(report: Report, out: Path) -> None:
     import rangecast.analysis.report.plots as plots
 
     by_index = {f.run.index: f for f in report.runs}
-    for n, group in enumerate(groups([f.run for f in report.runs])):
-        figs = [by_index[r.index] for r in group]
+    sets = [[by_index[r.index] for r in g] for g in groups([f.run for f in report.runs])]
+    for n, figs in enumerate(sets):
         names = labels(figs)
         work = _workload(figs)
         rows = [
@@ -212,7 +212,7 @@ def systems(report: Report, out: Path) -> None:
             "Each node's (broker's) messages sent + received in the event phase, nodes sorted "
             f"busiest first, a line per system; {runs_text}." + same,
         )
-    over_seeds(report)
+    over_seeds(report, sets)
 
 
 #: The columns a table over seeds summarises (mean and 95% interval), with their headers.
@@ -237,13 +237,12 @@ def _spread_cell(values: Sequence[float], col: str) -> str:
     return f"{_cell(mean, col)} ± {_cell(half, col)}"
 
 
-def over_seeds(report: Report) -> None:
+def over_seeds(report: Report, sets: Sequence[Sequence[RunFigures]]) -> None:
     """One more table per workload run over several seeds: every system's columns as the
-    mean and 95% interval (Student t) over the seeds, from the per-seed tables' rows."""
-    by_index = {f.run.index: f for f in report.runs}
-    merged: dict[str, list[list[RunFigures]]] = {}
-    for group in groups([f.run for f in report.runs]):
-        figs = [by_index[r.index] for r in group]
+    mean and 95% interval (Student t) over the seeds, from the per-seed tables' rows
+    (``sets``: the runs of each per-seed table)."""
+    merged: dict[str, list[Sequence[RunFigures]]] = {}
+    for figs in sets:
         merged.setdefault(_workload(figs, ("seed",)), []).append(figs)
     for work, sets in merged.items():
         if len(sets) < 2:

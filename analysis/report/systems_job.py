@@ -31,7 +31,7 @@ from rangecast.analysis.report.spark_job import (
     _read,
     figure_stats,
 )
-from rangecast.sim.broker_experiment import SYSTEMS, gini
+from rangecast.sim.broker_experiment import SYSTEMS, gini, mean_max
 from rangecast.sim.compare import inactive
 
 if TYPE_CHECKING:
@@ -406,8 +406,8 @@ def _broker_figures(
         rec["load_max_over_mean"], rec["load_gini"] = _spread(ls)
         tb = tables.get(i, {})
         rec["brokers"] = len(ls)
-        rec["table_entries"] = _mean_max(tb.get("table_entries", []))
-        rec["srt_entries"] = _mean_max(tb.get("srt_entries", []))
+        rec["table_entries"] = mean_max(tb.get("table_entries", []))
+        rec["srt_entries"] = mean_max(tb.get("srt_entries", []))
         rec["false_positive_receptions"] = sum(tb.get("false_positive_receptions", []))
         rec["pure_forwards"] = sum(tb.get("pure_forwards", []))
         out[i].latency_hist["delivery_latency_ms"] = sorted(hists.get(i, []))
@@ -417,13 +417,6 @@ def _spread(load: Sequence[int]) -> tuple[float, float]:
     """max/mean and Gini, computed as the run computes them (the same float operations)."""
     mean = sum(load) / len(load) if load else 0.0
     return (max(load) / mean if mean else 0.0), gini(load)
-
-
-def _mean_max(values: Sequence[int]) -> dict[str, float]:
-    return {
-        "mean": sum(values) / len(values) if values else 0.0,
-        "max": float(max(values, default=0)),
-    }
 
 
 def _comparison(
@@ -443,7 +436,7 @@ def _comparison(
     event_m = sum(m for (e, _), (m, _b) in traffic.items() if e)
     event_b = sum(b for (e, _), (_m, b) in traffic.items() if e)
     lat = rec.get("delivery_latency_ms") or {}
-    entries = _mean_max(tables.get("table_entries", []))
+    entries = mean_max(tables.get("table_entries", []))
     spread = _spread(load)
     row: dict[str, Any] = {
         "messages_per_event": event_m / events if events else 0.0,

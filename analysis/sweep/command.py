@@ -219,10 +219,7 @@ def finished_runs(plan: Plan, out: Path, *, adopt: bool = False) -> dict[int, di
         if outcome is None:
             continue
         own = run_dir(out, spec)
-        if where != own:
-            if not adopt:
-                reused[spec.index] = outcome
-                continue
+        if adopt and where != own:
             if own.exists():
                 shutil.rmtree(own)
             where.rename(own)
