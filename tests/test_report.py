@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,6 +27,7 @@ from rangecast.analysis.report.spark_job import (
     QUANTILES,
     figure_stats,
     load_runs,
+    received,
     recompute,
     spark_percentiles,
 )
@@ -146,6 +148,17 @@ def test_spark_percentiles_helper(spark: object) -> None:
 # ------------------------------------------------------------------ the report, in process
 
 
+def _received_per_node(run: Path) -> list[float]:
+    """Probe bytes per event that arrived at each node, sorted: from the log, without Spark."""
+    doc = json.loads((run / "run.json").read_text())
+    rows = pq.read_table(run / "messages.parquet", columns=["dst", "type", "bytes"]).to_pylist()
+    got = [0] * doc["params"]["nodes"]
+    for r in rows:
+        if r["type"] in ("ProbePub", "ProbePubMulticast") and r["dst"] >= 0:
+            got[r["dst"]] += r["bytes"]
+    return sorted(b / doc["params"]["events"] for b in got)
+
+
 def test_pairs_and_scaling_figures(spark: object, logs: dict[str, Path], tmp_path: Path) -> None:
     dirs = [logs["base"], logs["multicast"], logs["small"]]
     result = build_report(dirs, out_dir=tmp_path / "out", html=tmp_path / "r.html", spark=spark)
@@ -156,6 +169,10 @@ def test_pairs_and_scaling_figures(spark: object, logs: dict[str, Path], tmp_pat
         assert ours["sim_messages"] == theirs["sim_messages"]
         probe = "probe_bytes_per_event_per_node"
         assert math.isclose(ours[probe]["mean"], theirs[probe]["mean"], rel_tol=1e-12)
+        # Charged at the receiving end: a lossless run delivers every byte it sends, so the
+        # mean is the same; per node, the bytes of the probes that arrived there.
+        assert math.isclose(ours[received(probe)]["mean"], ours[probe]["mean"], rel_tol=1e-12)
+        assert run["node_values"][received(probe)] == _received_per_node(Path(run["dir"]))
     figures = {f["figure"] for f in result["figures"]}
     # 4.1-4.4 per run; multicast vs unicast (4.5/4.6); 40 vs 60 nodes (4.9/4.10).
     assert figures >= {"4.1", "4.2", "4.3", "4.4", "4.5", "4.6", "4.9", "4.10"}

@@ -29,6 +29,7 @@ from rangecast.analysis.reproduce.evaluate import (
     THESIS_FIGURES,
     FigureResult,
     RunRecord,
+    pair_figures,
     scaling_figures,
     share_of_mean,
 )
@@ -366,13 +367,13 @@ def test_causes_name_parts_that_ran() -> None:
         n = len(by_part["thesis-base"])
         explain(f.checks[0], f"{n} base runs measure it", "thesis-base")
 
-    CAUSE_EXPLAINERS["9.9"] = explainer
+    CAUSE_EXPLAINERS["9.9"] = [explainer]
     try:
         attach_causes([fig], runs)
         assert fig.checks[0].verdict == "differs, explained"
         assert fig.checks[0].cause == Cause("2 base runs measure it", ("thesis-base",))
         # A cause naming a part that did not run is dropped: plainly "differs".
-        CAUSE_EXPLAINERS["9.9"] = lambda f, _: explain(f.checks[0], "x", "thesis-nope")
+        CAUSE_EXPLAINERS["9.9"] = [lambda f, _: explain(f.checks[0], "x", "thesis-nope")]
         fig.checks[0].cause = None
         attach_causes([fig], runs)
         assert fig.checks[0].verdict == "differs"
@@ -426,3 +427,43 @@ def test_fig46_busiest_over_mean_is_explained_by_the_min_level_runs() -> None:
     # 13.0 at level 7 is still 1.45x the thesis' 8.95, which no level reaches: no cause.
     assert multi.verdict == "differs" and multi.cause is None
     assert "none comes within" in multi.extra["measured"]
+
+
+def _ends_rec(part: str, seed: int, sent_top: float, received_top: float) -> RunRecord:
+    """A 100-node run whose busiest node sends ``sent_top`` and receives ``received_top``
+    probe bytes per event, every other node 1 each way."""
+    sent, got = [1.0] * 99 + [sent_top], [1.0] * 99 + [received_top]
+    values = {
+        name: {"mean": sum(v) / len(v), "max": max(v)}
+        for name, v in (
+            ("probe_bytes_per_event_per_node", sent),
+            ("probe_bytes_received_per_event_per_node", got),
+        )
+    }
+    node_values = {
+        "probe_bytes_per_event_per_node": sent,
+        "probe_bytes_received_per_event_per_node": got,
+    }
+    return RunRecord(f"d{part}{seed}", part, seed, {"nodes": 100}, values, "synthetic", 150.0,
+                     node_values)  # fmt: skip
+
+
+def test_received_bytes_explain_a_busiest_node_only_within_tolerance() -> None:
+    """The thesis does not say which end of a message a node's bandwidth counts: charging the
+    receiver explains a differing check when that brings ours within the tolerance, and only
+    then; the count is kept beside the verdict either way."""
+    base = [_ends_rec("thesis-base", s, 20.0 + s / 10, 9.0 + s / 10) for s in (1, 2, 3)]
+    multi = [_ends_rec("thesis-probe", s, 18.0 + s / 10, 3.0 + s / 10) for s in (1, 2, 3)]
+    figures = pair_figures(base, multi, "probe")
+    attach_causes(figures, [*base, *multi])
+    f46 = next(f for f in figures if f.figure == "4.6")
+    uni = next(c for c in f46.checks if c.quantity == "busiest node / mean (unicast)")
+    mc = next(c for c in f46.checks if c.quantity == "busiest node / mean (multicast)")
+    assert uni.ours is not None and uni.ours.mean == pytest.approx(20.2 / 1.192, rel=1e-3)
+    assert uni.received is not None and uni.received.mean == pytest.approx(9.2 / 1.082, rel=1e-3)
+    assert uni.verdict == "differs, explained"
+    assert uni.cause is not None and uni.cause.measured_by == ("thesis-base", "thesis-probe")
+    assert f"{uni.received.mean:.2f}" in uni.cause.text and "8.24x" in uni.cause.text
+    # Received, the multicast busiest node is 2.9x the mean: no closer to the thesis' 8.95x.
+    assert mc.verdict == "differs" and mc.cause is None
+    assert mc.as_dict()["ours_received_bytes"]["mean"] == pytest.approx(3.2 / 1.022, rel=1e-3)

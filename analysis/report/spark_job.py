@@ -35,6 +35,21 @@ FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
     "probe_bytes_per_event_per_node": (PROBE_TYPES, "events"),
     "delivery_bytes_per_event_per_node": (DELIVERY_TYPES, "events"),
 }
+
+
+def received(name: str) -> str:
+    """The received-bytes figure of a family: ``probe_bytes_per_event_per_node`` ->
+    ``probe_bytes_received_per_event_per_node``."""
+    return name.replace("_per_", "_received_per_", 1)
+
+
+#: The same families counted at the receiving node (messages that arrived), beside the sending
+#: node's count above, which the run's summary gives. The thesis does not say which of the two
+#: its per-node bandwidth is (4.3.2: "We also study the bandwidth consumption of each node"),
+#: so the reproduction measures both (analysis/reproduce/causes.py, the accounting cause).
+RECEIVED_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
+    received(name): fam for name, fam in FAMILIES.items()
+}
 LATENCIES = ("install_latency_ms", "delivery_latency_ms")
 QUANTILES = {"p50": 0.50, "p70": 0.70, "p90": 0.90, "p99": 0.99}
 #: Which statistics the summary gives for each figure.
@@ -265,7 +280,9 @@ def recompute(spark: SparkSession, runs: Sequence[RunLog]) -> list[RunFigures]:
 
     # ---- every kind: bytes and messages per (run, sender, type), the one aggregate that the
     # message figures (by type, totals, per-node bandwidth) all derive from; small, so cached.
-    messages = _read(spark, runs, "messages", ("t_s", "src", "type", "bytes", "eid"))
+    messages = _read(
+        spark, runs, "messages", ("t_s", "src", "dst", "type", "bytes", "eid", "dropped")
+    )
     per_sender = (
         messages.groupBy("run", "src", "type")
         .agg(F.count(F.lit(1)).alias("messages"), F.sum("bytes").alias("bytes"))
@@ -395,24 +412,35 @@ def _thesis(
         rec["install_phase_messages"] = install_phase.get(i, 0)
         rec["tree"] = {k: int(c.get(k, 0)) for k in ("internal", "leaves", "max_depth")}
 
-    # ---- per-node bandwidth: every node counts, with 0 when it sent none of a family's types
-    family_rows = [(t, fig) for fig, (types, _) in FAMILIES.items() for t in types]
-    family = spark.createDataFrame(family_rows, "type string, figure string")
+    # ---- per-node bandwidth: every node counts, with 0 when it sent (received) none of a
+    # family's types. Sent: from the per-sender aggregate; received: the messages that arrived
+    # (a known destination, not dropped), by destination.
+    def family(families: dict[str, tuple[tuple[str, ...], str]]) -> DataFrame:
+        rows = [(t, fig) for fig, (types, _) in families.items() for t in types]
+        return F.broadcast(spark.createDataFrame(rows, "type string, figure string"))
+
     sent = (
-        per_sender.join(F.broadcast(family), "type")
+        per_sender.join(family(FAMILIES), "type")
         .groupBy("run", "src", "figure")
         .agg(F.sum("bytes").alias("total"))
         .withColumnRenamed("src", "node")
     )
+    received = (
+        messages.where((F.col("dst") >= 0) & ~F.col("dropped"))
+        .join(family(RECEIVED_FAMILIES), "type")
+        .groupBy("run", "dst", "figure")
+        .agg(F.sum("bytes").alias("total"))
+        .withColumnRenamed("dst", "node")
+    )
     divisor_rows = [
         (i, fig, float(subs.get(i, 0) if per == "subscriptions" else events.get(i, 0)))
         for i in ids
-        for fig, (_, per) in FAMILIES.items()
+        for fig, (_, per) in (FAMILIES | RECEIVED_FAMILIES).items()
     ]
     divisors = spark.createDataFrame(divisor_rows, "run int, figure string, divisor double")
     per_node = (
         nodes.join(F.broadcast(divisors), "run")
-        .join(sent, ["run", "node", "figure"], "left")
+        .join(sent.unionByName(received), ["run", "node", "figure"], "left")
         .select(
             "run",
             "figure",
@@ -471,7 +499,7 @@ def _latency_and_bandwidth(
             rec[name] = {k: s[k] for k in keys}
             if rtt > 0:
                 rec[name.replace("_ms", "_rtt")] = {k: s[k] / rtt for k in keys}
-        for name in FAMILIES:
+        for name in FAMILIES | RECEIVED_FAMILIES:
             s = stats.get((i, name), _empty_stats())
             rec[name] = {k: s[k] for k in BANDWIDTH_STATS}
         rec["install_bytes_per_sub_per_node_mean"] = rec["install_bytes_per_sub_per_node"]["mean"]
@@ -480,10 +508,14 @@ def _latency_and_bandwidth(
         rec["install_bytes_share_below_60"] = inst["share_below_60"]
 
     # What the plots draw: per-node values, and latency histograms in 5 ms bins.
-    plotted = (
-        "install_bytes_per_sub_per_node",
-        "publish_bytes_per_event_per_node",
-        "probe_bytes_per_event_per_node",
+    plotted = tuple(
+        figure
+        for name in (
+            "install_bytes_per_sub_per_node",
+            "publish_bytes_per_event_per_node",
+            "probe_bytes_per_event_per_node",
+        )
+        for figure in (name, received(name))
     )
     node_values: dict[tuple[int, str], list[float]] = defaultdict(list)
     for row in (

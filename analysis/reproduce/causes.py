@@ -17,24 +17,35 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import rangecast.analysis.report.paper as paper
-from rangecast.analysis.reproduce.compare import CHANGE_TOL, REL_TOL, Cause, Check, Stat, stat_of
+from rangecast.analysis.reproduce.compare import (
+    CHANGE_TOL,
+    REL_TOL,
+    Cause,
+    Check,
+    Stat,
+    fmt_stat,
+    stat_of,
+)
 from rangecast.analysis.reproduce.evaluate import FigureResult, RunRecord, dig
 from rangecast.analysis.reproduce.plans import FWD_UNICAST_PART, LB_P_PART, PROBE_LEVELS_PART
 
 Explainer = Callable[[FigureResult, Mapping[str, Sequence[RunRecord]]], None]
-#: figure -> the function that attaches measured causes to its checks.
-CAUSE_EXPLAINERS: dict[str, Explainer] = {}
+#: figure -> the functions that attach measured causes to its checks, in order.
+CAUSE_EXPLAINERS: dict[str, list[Explainer]] = defaultdict(list)
 
 PROBE = "probe_bytes_per_event_per_node"
 
 
-def register_cause(figure: str) -> Callable[[Explainer], Explainer]:
-    """Decorator: ``@register_cause("4.7")`` makes the function Fig 4.7's explainer."""
+def register_cause(*figures: str) -> Callable[[Explainer], Explainer]:
+    """Decorator: ``@register_cause("4.7")`` makes the function one of Fig 4.7's explainers
+    (run in the order registered)."""
 
     def wrap(f: Explainer) -> Explainer:
-        CAUSE_EXPLAINERS[figure] = f
+        for figure in figures:
+            CAUSE_EXPLAINERS[figure].append(f)
         return f
 
     return wrap
@@ -42,9 +53,13 @@ def register_cause(figure: str) -> Callable[[Explainer], Explainer]:
 
 def explain(check: Check, text: str, *parts: str) -> None:
     """Attach a measured cause to ``check`` (only when it differs: a reproduced check needs
-    no explanation)."""
-    if check.verdict in ("differs", "differs, explained"):
-        check.cause = Cause(text, tuple(parts))
+    no explanation). A second measured cause of the same check is added to the first."""
+    if check.verdict not in ("differs", "differs, explained"):
+        return
+    if check.cause is not None:
+        text = f"{check.cause.text} {text}"
+        parts = tuple(dict.fromkeys((*check.cause.measured_by, *parts)))
+    check.cause = Cause(text, tuple(parts))
 
 
 def attach_causes(figures: Sequence[FigureResult], recs: Sequence[RunRecord]) -> None:
@@ -54,8 +69,7 @@ def attach_causes(figures: Sequence[FigureResult], recs: Sequence[RunRecord]) ->
     for r in recs:
         by_part[r.part].append(r)
     for f in figures:
-        explainer = CAUSE_EXPLAINERS.get(f.figure)
-        if explainer is not None:
+        for explainer in CAUSE_EXPLAINERS.get(f.figure, ()):
             explainer(f, by_part)
         for c in f.checks:
             if c.cause is not None and not all(p in by_part for p in c.cause.measured_by):
@@ -299,3 +313,66 @@ def _multicast_and_forwards(fig: FigureResult, runs: Mapping[str, Sequence[RunRe
         explain(check, text, "thesis-base", "thesis-probe", FWD_UNICAST_PART)
     else:
         check.extra["measured"] = text
+
+
+# ------------------------------------------- Figs 4.2-4.8: which bytes a node is charged
+
+#: The parts whose runs each per-node bandwidth figure compares (its checks' runs).
+_NODE_FIGURE_PARTS = {
+    "4.2": ("thesis-base",),
+    "4.4": ("thesis-base",),
+    "4.5": ("thesis-base", "thesis-probe"),
+    "4.6": ("thesis-base", "thesis-probe"),
+    "4.8": ("thesis-base", "thesis-lb"),
+}
+
+
+def _value(check: Check, stat: Stat) -> str:
+    """``stat`` in the check's unit, with its interval."""
+    return fmt_stat(stat, check.unit) + ("x" if check.unit == "x" else "")
+
+
+def _paper_value(check: Check) -> str:
+    if check.paper_range is not None:
+        lo, hi = check.paper_range
+        return f"{lo:.2f}-{hi:.2f}x" if check.unit == "x" else f"{lo:g}-{hi:g}"
+    assert check.paper is not None
+    if check.unit == "fraction":
+        return f"{check.paper:.1%}"
+    if check.unit == "relative":
+        return f"{check.paper:+.1%}"
+    return f"{check.paper:.2f}x" if check.unit == "x" else f"{check.paper:g}"
+
+
+@register_cause(*_NODE_FIGURE_PARTS)
+def _received_bytes(fig: FigureResult, runs: Mapping[str, Sequence[RunRecord]]) -> None:
+    """Per-node bandwidth counted at the other end. The thesis names the messages its
+    per-node bandwidth includes, not whether a node is charged what it sends or what it
+    receives (paper.OUR_PARAMETERS); ours charges the sender, which is what each run's summary
+    gives. The same runs, with every node charged the bytes that arrived at it (the report
+    recomputes both from the message log), explain a differing check when that count is within
+    the tolerance; otherwise the check keeps its verdict and the count stays in the JSON
+    (``ours_received_bytes``)."""
+    parts = _NODE_FIGURE_PARTS[fig.figure]
+    if not all(runs.get(p) for p in parts):
+        return
+    for check in fig.checks:
+        got = check.received
+        if got is None or check.kind in ("info", "trend") or check.ours is None:
+            continue
+        if check.verdict not in ("differs", "differs, explained"):
+            continue
+        alt = replace(check, ours=got, cause=None, received=None)
+        if alt.verdict != "reproduced":
+            continue
+        wide = " (its interval too wide to decide)" if alt.undecided else ""
+        explain(
+            check,
+            f"The thesis does not say whether a node's bandwidth is the bytes it sends or those "
+            f"it receives (4.3.2 names only the messages counted); ours charges the sender "
+            f"({_value(check, check.ours)}). Charging each node the bytes that arrive at it, in "
+            f"the same runs ({', '.join(parts)}; seeds {', '.join(map(str, got.seeds))}), ours "
+            f"is {_value(check, got)} against the thesis' {_paper_value(check)}: within the "
+            f"tolerance{wide}.",
+            *parts,
+        )

@@ -128,6 +128,10 @@ class Check:
     #: "trend" checks: the value of ``ours`` at which the trend flips (e.g. a ratio of 1), so
     #: an interval across it is undecided.
     threshold: float | None = None
+    #: Per-node bandwidth checks: ours with each node charged the bytes it receives instead of
+    #: those it sends (``ours``), from the same runs. The thesis does not say which it counts;
+    #: causes.py explains a difference with it when it is within the tolerance.
+    received: Stat | None = None
 
     @property
     def compared(self) -> tuple[float, float] | None:
@@ -255,6 +259,7 @@ class Check:
             "undecided": self.undecided,
             "undecided_note": self.undecided_note or None,
             "cause": self.cause.as_dict() if self.cause else None,
+            **({"ours_received_bytes": self.received.as_dict()} if self.received else {}),
             "not_applicable": self.not_applicable
             or ("shown beside the verdicts, not a verdict" if self.kind == "info" else None),
             "source": self.source,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import rangecast.analysis.report.paper as paper
+from rangecast.analysis.report.spark_job import received
 from rangecast.analysis.reproduce.compare import Check, Stat, stat_of
 
 #: The thesis' figures, then the LBDD paper's, in page order.
@@ -156,17 +157,18 @@ def share_checks(runs: Sequence[RunRecord], figure: str, only: str = "") -> list
     for sh in paper.SHARES:
         if sh.figure != figure or only not in sh.quantity:
             continue
-        ours = node_stat(runs, sh.values, functools.partial(_share, sh))
+        share = functools.partial(_share, sh)
         out.append(
             Check(
                 figure,
                 sh.quantity,
                 "lower" if sh.above else "higher",
-                ours,
+                node_stat(runs, sh.values, share),
                 "fraction",
                 paper=sh.share,
                 source=sh.source,
                 extra={"factor_of_mean": sh.factor},
+                received=node_stat(runs, received(sh.values), share),
             )
         )
     return out
@@ -221,16 +223,18 @@ def thesis_run_figures(base: Sequence[RunRecord]) -> list[FigureResult]:
     by_fig["4.2"].checks += share_checks(base, "4.2")
     by_fig["4.4"].checks += share_checks(base, "4.4")
     lo, hi = paper.PUBLISH_MAX_OVER_MEAN
+    publish = "publish_bytes_per_event_per_node"
     by_fig["4.4"].checks.append(
         Check(
             "4.4",
             "busiest node / mean (publication bandwidth)",
             "range",
-            node_stat(base, "publish_bytes_per_event_per_node", _max_over_mean),
+            node_stat(base, publish, _max_over_mean),
             "x",
             paper_range=(lo, hi),
             paper_text=f"more than 6k and at most 11k over a mean of 1.32k: {lo:.2f}-{hi:.2f}x",
             source=paper.PUBLISH_MAX_SOURCE,
+            received=node_stat(base, received(publish), _max_over_mean),
         )
     )
     for f in by_fig.values():
@@ -302,6 +306,9 @@ def pair_figures(
             )
         )
     top_change = stat_of([(x.seed, _change(x, y, f"{name}.{top_stat}")) for x, y in pairs])
+    top_change_received = stat_of(
+        [(x.seed, _change(x, y, f"{received(name)}.{top_stat}")) for x, y in pairs]
+    )
     if top_pair:
         f2.checks.append(
             Check(
@@ -312,6 +319,7 @@ def pair_figures(
                 "relative",
                 paper=top_pair[1] / top_pair[0] - 1,
                 source=src2,
+                received=top_change_received,
             )
         )
         for label, runs, i in ((labels[0], a, 0), (labels[1], b, 1)):
@@ -324,6 +332,7 @@ def pair_figures(
                     "x",
                     paper=top_pair[i] / mean_pair[i],
                     source=f"{src2}; mean: {src1}",
+                    received=node_stat(runs, received(name), _max_over_mean),
                 )
             )
     else:
@@ -338,6 +347,7 @@ def pair_figures(
                 source=src2,
                 holds=None if top_change is None else top_change.mean < 0,
                 threshold=0.0,
+                received=top_change_received,
             )
         )
     for label, runs, i in ((labels[0], a, 0), (labels[1], b, 1)):

@@ -150,6 +150,9 @@ def explanations(recs: Sequence[RunRecord], figures: Sequence[FigureResult]) -> 
                 parts.append(
                     f"{said}. Measured cause ({', '.join(c.cause.measured_by)}): {c.cause.text}"
                 )
+                if c.extra.get("measured"):
+                    # A cause run that alone would not explain it: its numbers all the same.
+                    parts.append(f"Also measured, not enough alone: {c.extra['measured']}")
             elif c.extra.get("measured"):
                 # A cause run that ran but does not bring ours to the paper: its numbers, and
                 # plainly no explanation.
