@@ -79,6 +79,7 @@ def _figures() -> list[FigureResult]:
             "x",
             paper=2.0,
             source="4.3.2: 'the maximum ...'",
+            received=_stat(1.9, 2.1),
         ),
         Check(
             "4.7",
@@ -266,6 +267,10 @@ def test_nothing_is_clipped_and_tick_labels_are_plain_and_apart() -> None:
         logs += sum(bool(p["x_log"]) for p in drawn.panels)
         f.canvas.draw()
         renderer = f.canvas.get_renderer()  # type: ignore[attr-defined]
+        page = f.get_window_extent(renderer)
+        for legend in f.legends:  # the legend below the panels: inside the image, whole
+            box = legend.get_window_extent(renderer)
+            assert page.x0 <= box.x0 and box.x1 <= page.x1, fig.figure
         for ax in f.axes:
             lo_x, hi_x = sorted(ax.get_xlim())
             lo_y, hi_y = sorted(ax.get_ylim())
@@ -333,3 +338,23 @@ def test_why_paragraph_is_only_the_generated_text(tmp_path: Path) -> None:
     html = page.write_page(tmp_path / "w.html", figures, {}, why, {}, FACTS).read_text()
     paragraphs = re.findall(r"<p class=why>(.*?)</p>", html, flags=re.S)
     assert paragraphs == [f"<b>Why ours differs.</b> {escape(why['4.7'])}"]
+
+
+def test_the_received_count_is_drawn_beside_ours_not_as_it() -> None:
+    """A per-node check's count at the receiving end is a second marker in its row, with its
+    interval, and a legend entry of its own."""
+    fig = _figures()[1]
+    f, _ = plots.build(fig)
+    marks = [
+        line
+        for ax in f.axes
+        for line in ax.get_lines()
+        if line.get_gid() == "ours-received" or line.get_label().startswith("ours, each node")
+    ]
+    assert marks, "no marker for the received count"
+    xs = {round(float(x), 9) for line in marks for x in line.get_xdata()}
+    assert 2.0 in xs  # the mean of 1.9 and 2.1
+    legend = [t.get_text() for ax in f.axes if ax.get_legend() for t in ax.get_legend().texts]
+    legend += [str(h) for ax in f.axes for h in ax.get_legend_handles_labels()[1]]
+    assert any("bytes it receives" in t for t in legend)
+    plots._plots().plt.close(f)

@@ -387,12 +387,25 @@ def _draw_values(ax: Any, panel: _ValuesPanel) -> dict:
             )  # fmt: skip
             vals += list(r.band)
         colour = plots.COLOURS[0]
+        got = r.check.received
         ax.errorbar(
-            [r.ours], [y + 0.14], xerr=[[r.ours - r.lo], [r.hi - r.ours]], fmt="o",
-            color=colour, capsize=4, ms=7, label=once("ours: mean of the seeds, 95% CI"),
+            [r.ours], [y + (0.26 if got else 0.14)], xerr=[[r.ours - r.lo], [r.hi - r.ours]],
+            fmt="o", color=colour, capsize=4, ms=7, label=once("ours: mean of the seeds, 95% CI"),
             gid="ours",
         )  # fmt: skip
         vals += [r.lo, r.hi, r.ours]
+        if got is not None:
+            # The same runs with each node charged the bytes it receives (the thesis does not
+            # say which end it counts): beside ours, never the verdict's value.
+            k = _scale(r.check.unit)
+            m = got.mean * k
+            h = 0.0 if got.half != got.half else got.half * k  # NaN: one seed, no interval
+            ax.errorbar(
+                [m], [y + 0.06], xerr=[[h], [h]], fmt="s", color=plots.COLOURS[1], mfc="white",
+                capsize=3, ms=6, label=once("ours, each node charged the bytes it receives"),
+                gid="ours-received",
+            )  # fmt: skip
+            vals += [m - h, m + h]
         if r.paper_range is not None:
             a, b = r.paper_range
             ax.errorbar(
@@ -479,9 +492,10 @@ def build(fig: FigureResult) -> tuple[Any, Drawn]:
             for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
                 seen.setdefault(lab, h)
         order = sorted(seen, key=lambda lab: (not lab.startswith("ours"), lab))
+        # At most three entries a row: five side by side run past the figure's edges.
         f.legend(
-            [seen[k] for k in order], order, loc="outside lower center", ncols=len(order),
-            fontsize=8, frameon=False,
+            [seen[k] for k in order], order, loc="outside lower center",
+            ncols=min(len(order), 3), fontsize=8, frameon=False,
         )  # fmt: skip
     f.suptitle(f"Fig {fig.figure}: {fig.title}", fontsize=10)
     seeds = sorted(
@@ -499,6 +513,13 @@ def build(fig: FigureResult) -> tuple[Any, Drawn]:
             "the units the verdict compares"
             + (" (latencies in units of each side's mean RTT)" if _has_rtt(values) else "")
             + "; the grey band is the tolerance."
+            + (
+                " Open squares: ours from the same runs with each node charged the bytes it "
+                "receives rather than those it sends (the thesis does not say which), shown "
+                "beside the verdict's value."
+                if any(r.check.received is not None for p in values for r in p.rows)
+                else ""
+            )
         )
     drawn.notes += notes
     if skipped:  # by reason, each reason once
