@@ -75,3 +75,20 @@ def test_papers_plans_are_shipped() -> None:
         == (63, 2, "planetlab", "clustered")
         for r in pg.runs
     )
+
+
+def test_octopia_against_tid_varies_placement_and_the_service_model() -> None:
+    """Every (rate, placement, service) cell runs OctopiA SNR, IDR and PADRES-TID on the same
+    seeds, so each is a like-for-like comparison."""
+    plan = load_plan("octopia-tid")
+    cells: dict[tuple[float, str, float, float, int], set[tuple[str, bool]]] = {}
+    for r in plan.runs:
+        p = r.params
+        key = (p.hrp_rate, p.placement, p.service_ms, p.match_us, r.seed)
+        cells.setdefault(key, set()).add((r.scenario, p.dynamic))
+        assert p.cyclic == (r.scenario == "padres") and p.send_ms == 1.0
+    assert len(cells) == 2 * 2 * 2 * 2 * 3
+    assert all(
+        v == {("octopia", False), ("octopia", True), ("padres", False)} for v in cells.values()
+    )
+    assert {(k[2], k[3]) for k in cells} == {(1.0, 20.0), (1.0, 0.0), (7.0, 20.0), (7.0, 0.0)}
