@@ -106,6 +106,15 @@ class ClientRegistry(Generic[T]):
             raise LocalProtocolError(f"client {client} is already paused")
         c.paused = True
 
+    def take_back(self, client: int, items: list[T]) -> None:
+        """While ``client`` is paused: publications it handed its broker that the broker had not
+        yet served when it paused the client; they go ahead of those buffered since, in order
+        (published once, at the target, as if the pause had come before them)."""
+        c = self._get(client)
+        if not c.paused:
+            raise LocalProtocolError(f"client {client} is not paused")
+        c.buffer[:0] = items
+
     def resume(self, client: int, broker: int) -> list[T]:
         """Attach to ``broker`` (dropping the source) and flush: the buffered items, in order."""
         c = self._get(client)

@@ -55,7 +55,7 @@ from rangecast.brokers.pop import PopStrategy
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.pubsub.schema import THESIS_SCHEMA
 from rangecast.sim import runlog
-from rangecast.sim.broker_network import BrokerNetwork
+from rangecast.sim.broker_network import BrokerNetwork, ClientCall
 from rangecast.sim.event_source import (
     EventSource,
     check_csv_params,
@@ -362,7 +362,7 @@ def latency_groups(
     return ordered
 
 
-def mean_max(values: Sequence[int]) -> dict[str, float]:
+def mean_max(values: Sequence[float]) -> dict[str, float]:
     """A per-broker count's summary: mean and max (0 for no brokers)."""
     return {
         "mean": sum(values) / len(values) if values else 0.0,
@@ -642,6 +642,10 @@ class BrokerResult(RunResult):
     #: Messages sent + received per broker in the event phase: max/mean and Gini.
     load_max_over_mean: float
     load_gini: float
+    #: Per broker, the input side's busy time over the event phase's elapsed time (from the
+    #: first publication to the last delivery), mean and max over the brokers: the papers'
+    #: input utilisation (0 without service times: then nothing is ever busy).
+    input_utilisation: dict[str, float]
     setup_messages: int
     setup_bytes: int
     #: Publication messages (broker to broker) per event: the papers' message rate.
@@ -685,7 +689,8 @@ class BrokerResult(RunResult):
                 f"receptions, {self.pure_forwards:,} pure forwards; table entries mean "
                 f"{te['mean']:.0f}, max {te['max']:.0f}",
                 f"  load spread        max/mean {self.load_max_over_mean:.2f}, "
-                f"Gini {self.load_gini:.3f}",
+                f"Gini {self.load_gini:.3f}; input utilisation mean "
+                f"{self.input_utilisation['mean']:.1%}, max {self.input_utilisation['max']:.1%}",
                 f"  set-up             {self.setup_messages:,} messages, "
                 f"{self.setup_bytes:,} bytes; migrations {self.migrations}",
                 f"  advertisements     {self.ad_messages:,} messages; SRT entries mean "
@@ -703,7 +708,7 @@ class BrokerResult(RunResult):
             f"  steady (event {st['from_event']:.0f} on) {st['messages_per_event']:.1f} messages, "
             f"{st['publications_per_event']:.2f} publications per event; delay mean "
             f"{st['delay_mean_ms']:.0f} ms, {st['hops_per_delivery']:.2f} hops; "
-            f"migrations {st['migrations']:.0f}"
+            f"input utilisation {st['input_utilisation']:.1%}; migrations {st['migrations']:.0f}"
         ]
 
 
@@ -829,6 +834,9 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         #: The steady window's first event, and the counters when it is published.
         self.steady_from = round(p.warmup * len(pl.pubs)) if p.warmup else -1
         self.steady_mark = (0, 0, 0)
+        #: Each broker's busy time when the event phase, and the steady window, begin.
+        self.busy_mark = self.bnet.busy()
+        self.steady_busy: dict[int, float] = {}
         t = sim.now
         for k, (gap, i) in enumerate(pl.pubs):
             t += gap
@@ -846,6 +854,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
                 self.sim.stats.types_json().get("Publish", {}).get("messages", 0),
                 self._migrations(),
             )
+            self.steady_busy = net.busy()
         self.published.append(self.sim.now)
         b = net.clients.broker_of(client)
         at = self.sim.now + net.client_delay(client, b)
@@ -855,7 +864,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         net = self.bnet
         b = net.clients.publish(client, k)
         if b is not None:
-            net.submit(b, lambda br, now: self._publish(br, client, k, now))
+            net.submit(b, ClientCall(client, k, lambda br, now: self._publish(br, client, k, now)))
 
     def _migrations(self) -> int:
         net = self.bnet
@@ -881,6 +890,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         ]
         return {
             "from_event": float(k0),
+            "input_utilisation": self._utilisation(self.steady_busy, self.published[k0])["mean"],
             "messages_per_event": (sim.stats.messages - msgs) / n,
             "publications_per_event": (end_pubs - pubs) / n,
             "broker_inputs_per_event": (sim.stats.messages - msgs) / n + 1.0,
@@ -889,6 +899,17 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             "hops_per_delivery": sum(h for _, h in d) / len(d) if d else 0.0,
             "migrations": float(self._migrations() - migs),
         }
+
+    def _utilisation(self, mark: dict[int, float], start: float) -> dict[str, float]:
+        """Each broker's busy time since ``mark`` over the time from ``start`` to the last
+        delivery: mean and max over the brokers."""
+        net = self.bnet
+        end = max((r.now for r in net.receipts), default=self.sim.now)
+        span = end - start
+        busy = net.busy()
+        return mean_max(
+            [(busy[v] - mark.get(v, 0.0)) / span if span > 0 else 0.0 for v in sorted(busy)]
+        )
 
     def _resume(self, b: Broker, client: int, k: Any, now: float) -> None:
         self._publish(b, client, k, now)
@@ -998,6 +1019,9 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
                 ]
             ),
             load_max_over_mean=max(load) / mean_load if mean_load else 0.0,
+            input_utilisation=self._utilisation(
+                self.busy_mark, self.published[0] if self.published else sim.now
+            ),
             load_gini=gini(load),
             setup_messages=setup_messages,
             setup_bytes=setup_bytes,

@@ -41,7 +41,10 @@ entries the core scanned (``BrokerStats.matchings``) + ``send_cost`` x messages 
 the matcher is busy for that long and the copies it puts out (a PADRES broker serialising each
 copy) are part of its work. The next input starts when the previous one ends; the adapter's
 timer is the end of the current service. The core's own timers and the driver's direct calls
-(``act``: migration steps) bypass the queue.
+(``act``: migration steps) bypass the queue. A service that pauses a client (a migration's
+first step) takes that client's publications still waiting in the queue back out of it
+(``ClientCall``) before the next input starts: the driver returns them to the client, ahead
+of its buffer, and they are published once, at the migration's target.
 
 What the strategies see (``LinkQueues.sample``): with a service time, the queue toward ``dst``
 also holds the inputs waiting at the broker (each will be routed onto its target links after
@@ -64,9 +67,24 @@ from rangecast.dht.wire import Message
 from rangecast.sim.engine import Simulator
 from rangecast.sim.streams import stream
 
-__all__ = ["BrokerNetwork", "BrokerNode", "LinkQueueTable", "Receipt"]
+__all__ = ["BrokerNetwork", "BrokerNode", "ClientCall", "LinkQueueTable", "Receipt"]
 
 _INF = float("inf")
+
+
+class ClientCall:
+    """A client's call ``fn(broker, now)`` queued at its broker; ``item`` is what the client
+    registry buffers for it (the publication) should the broker pause the client first."""
+
+    __slots__ = ("client", "fn", "item")
+
+    def __init__(self, client: int, item: Any, fn: Callable[[Broker, float], Any]) -> None:
+        self.client = client
+        self.item = item
+        self.fn = fn
+
+    def __call__(self, broker: Broker, now: float) -> Any:
+        return self.fn(broker, now)
 
 
 class _Link:
@@ -101,12 +119,14 @@ class BrokerNode:
         "addrs",
         "bps",
         "broker",
+        "busy",
         "hops",
         "index_of",
         "match_cost",
         "send_cost",
         "service",
         "serving",
+        "taken_back",
     )
 
     def __init__(
@@ -150,6 +170,12 @@ class BrokerNode:
         self._arrived = 0
         self._served = 0
         self._marks: dict[int, tuple[int, int]] = {}
+        #: Seconds of service started so far (the input side's busy time: the papers' input
+        #: utilisation is this over the time elapsed).
+        self.busy = 0.0
+        #: client -> its queued publications taken back when a service paused it (module docs),
+        #: until the driver hands them to the client registry.
+        self.taken_back: dict[int, list[Any]] = {}
 
     # -- the Core protocol ------------------------------------------------------------------
 
@@ -221,6 +247,9 @@ class BrokerNode:
         while self._done <= now:
             self._released.extend(self._held)
             self._released_events.extend(self._held_events)
+            for ev in self._held_events:
+                if type(ev) is ClientCommand and ev.op == PAUSE:
+                    self._take_back(ev.client)
             self._held, self._held_events = [], []
             t = self._done
             self._done = _INF
@@ -228,6 +257,20 @@ class BrokerNode:
                 self._start(t)
         if self._done == _INF and q:
             self._start(now)
+
+    def _take_back(self, client: int) -> None:
+        """Out of the input queue: ``client``'s calls not yet served (module docs)."""
+        keep: deque[tuple[Any, int]] = deque()
+        back = []
+        for x, src in self._inq:
+            if type(x) is ClientCall and x.client == client:
+                back.append(x.item)
+            else:
+                keep.append((x, src))
+        if back:
+            self._inq.clear()  # in place: ``_serve`` holds the deque
+            self._inq.extend(keep)
+            self.taken_back.setdefault(client, []).extend(back)
 
     def _start(self, t: float) -> None:
         broker = self.broker
@@ -240,11 +283,13 @@ class BrokerNode:
             broker.receive(item, src, t)
         self._held = broker.take_messages()
         self._held_events = broker.take_events()
-        self._done = t + (
+        took = (
             self.service
             + self.match_cost * (broker.stats.matchings - before)
             + self.send_cost * len(self._held)
         )
+        self.busy += took
+        self._done = t + took
 
     # -- per-link output queues -------------------------------------------------------------
 
@@ -448,6 +493,9 @@ class BrokerNetwork:
     def _command(self, v: int, cmd: ClientCommand) -> None:
         if cmd.op == PAUSE:
             self.clients.pause(cmd.client)
+            back = self.queues.nodes[v].taken_back.pop(cmd.client, None)
+            if back:
+                self.clients.take_back(cmd.client, back)
             hand_over = self.migration_ad
             if hand_over is None:
                 raise LocalProtocolError("a migration, but no system handles it")
@@ -460,6 +508,10 @@ class BrokerNetwork:
             self.act(v, lambda b, now: [resume(b, cmd.client, item, now) for item in items])
 
     # -- measurements -----------------------------------------------------------------------
+
+    def busy(self) -> dict[int, float]:
+        """Each broker's input-side busy time so far (s; 0 without service times)."""
+        return {v: node.busy for v, node in self.queues.nodes.items()}
 
     def table_entries(self) -> list[int]:
         """SRT + PRT entries of each broker, over all its overlays."""

@@ -70,6 +70,9 @@ def test_papers_plans_are_shipped() -> None:
     }
     assert {r.params.sub_brokers for r in pg.runs} == {0, 1, 4, 8}
     assert len(pg.runs) == 6 * 4 * 3 and all(r.params.warmup == 0.5 for r in pg.runs)
+    # Service times on: the trace answers carry queueing and matching delays.
+    assert all((r.params.service_ms, r.params.match_us, r.params.send_ms) == (1.0, 20.0, 1.0)
+               for r in pg.runs)  # fmt: skip
     assert all(
         (r.params.nodes, r.params.arity, r.params.latency, r.params.workload)
         == (63, 2, "planetlab", "clustered")
