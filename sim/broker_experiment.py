@@ -88,7 +88,7 @@ __all__ = [
 ]
 
 SYSTEMS = ("siena", "padres", "octopia", "kyra", "pop", "grape")
-WORKLOADS = ("thesis", "burst", "clustered")
+WORKLOADS = ("thesis", "burst", "clustered", "random")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +170,17 @@ class BrokerParams:
         "thesis: the thesis workload (full-domain ads); burst: OctopiA's burst run "
         "(--publishers background publishers, a high-rate publisher with --hrp-subs subscribers, "
         "--events of it at --hrp-rate/s); clustered: POP/GRAPE's clustered workload (95%% "
-        "low-rated subscribers at random brokers, 5%% high-rated on one broker)",
+        "low-rated subscribers at random brokers, 5%% high-rated on one broker); random: "
+        "POP/GRAPE's random one (70%% low-, 25%% medium-, 5%% high-rated, all at random brokers)",
         choices=WORKLOADS,
     )
-    publishers: int = param(10, "burst, clustered: publishers, one ad box (stock symbol) each")
+    publishers: int = param(
+        10, "burst, clustered, random: publishers, one ad box (stock symbol) each"
+    )
     sub_brokers: int = param(
-        0, "clustered: the X brokers with subscribers (the hot one and X-1 at random); 0: all"
+        0,
+        "clustered: the X brokers with subscribers (the hot one and X-1 at random); random: "
+        "the X brokers with subscribers, at random; 0: all",
     )
     warmup: float = param(
         0.0,
@@ -464,7 +469,11 @@ class _Relocating(_Padres):
 
 class _Pop(_Relocating):
     def strategy(self, v: int) -> Any:
-        return PopStrategy(self.sc.stream(f"pop:{v}"), threshold=self.p.threshold)
+        # At most half of P_threshold traced per window, as the paper sets it when it varies
+        # the threshold ("the maximum number of traceable publications per time window to be
+        # half of P_threshold"): its defaults, 50 of 100.
+        t = self.p.threshold
+        return PopStrategy(self.sc.stream(f"pop:{v}"), n_trace=max(1, t // 2), threshold=t)
 
 
 class _Grape(_Relocating):

@@ -26,7 +26,13 @@ from rangecast.sim.workload import THESIS_WORKLOAD, Workload
 __all__ = ["PAPER_WORKLOADS", "Plan", "WorkloadSpec", "paper_plan", "plan"]
 
 #: The broker papers' workloads (``paper_plan``).
-PAPER_WORKLOADS = ("burst", "clustered")
+PAPER_WORKLOADS = ("burst", "clustered", "random")
+#: POP/GRAPE's random subscriber distribution: (share of the subscribers, share of their
+#: publisher's events they sink): "70% of the subscribers are low-rated, meaning they sink about
+#: 10% of their publisher's traffic, 25% are medium-rated, meaning they sink about 50% of their
+#: publisher's traffic, and 5% are high-rated, meaning they sink *all* of their publisher's
+#: traffic" (CSRG-597, 5.1).
+RANDOM_RATINGS = ((0.70, 0.1), (0.25, 0.5), (0.05, 1.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +144,10 @@ def paper_plan(p: WorkloadSpec, nodes: Sequence[int]) -> Plan:
       high-rated (sink all of it), all at one broker; 95 % low-rated (the same top 10 % of
       Attr2) at random other brokers (with ``sub_brokers`` X: at X-1 other brokers drawn once,
       the paper's "X brokers"; X = 1: at the hot broker too). ``events`` events in all, round
-      robin, each publisher one per ``pub_gap_ms`` on average."""
+      robin, each publisher one per ``pub_gap_ms`` on average.
+    * ``random`` (POP/GRAPE): as ``clustered`` but 70 % low-rated (10 % of their symbol), 25 %
+      medium-rated (50 %) and 5 % high-rated (all of it), every one at a random broker of the
+      X drawn once (``sub_brokers``; 0: all): no hot broker."""
     rng = stream(p.seed, f"paper-workload:{p.workload}")
     gen = Workload(THESIS_SCHEMA, THESIS_WORKLOAD, stream(p.seed, "workload-layout"))
     syms = _symbols(p.publishers)
@@ -167,6 +176,18 @@ def paper_plan(p: WorkloadSpec, nodes: Sequence[int]) -> Plan:
             while at < span:
                 timed.append((at, where[i], _symbol_event(syms[i], rng)))
                 at += rng.expovariate(1000.0 / p.pub_gap_ms)
+    elif p.workload == "random":
+        homes = rng.sample(list(nodes), p.sub_brokers) if p.sub_brokers else list(nodes)
+        for _ in range(n_subs):
+            t += rng.expovariate(1000.0 / p.sub_gap_ms)
+            sym = syms[rng.randrange(p.publishers)]
+            u, share = rng.random(), 1.0
+            for part, sinks in RANDOM_RATINGS:
+                if u < part:
+                    share = sinks
+                    break
+                u -= part
+            subs.append((t, rng.choice(homes), _symbol_sub(sym, share, None)))
     else:
         hot = rng.choice(nodes)
         marks["hot"] = hot
@@ -182,6 +203,7 @@ def paper_plan(p: WorkloadSpec, nodes: Sequence[int]) -> Plan:
                 subs.append((t, hot, _symbol_sub(sym, 1.0, None)))
             else:
                 subs.append((t, rng.choice(others), _symbol_sub(sym, 0.1, None)))
+    if p.workload != "burst":
         clock = [0.0] * p.publishers
         for k in range(p.events):
             i = k % p.publishers

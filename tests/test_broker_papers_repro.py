@@ -220,3 +220,25 @@ def test_a_migration_takes_back_the_publications_still_queued(
     kw = {**CLUSTERED, "sub_brokers": 4, "seed": seed, "service_ms": 40.0, "match_us": 20.0}
     r = run(system, **kw, send_ms=1.0)  # run() asserts 0 missed, duplicates, false deliveries
     assert r.migrations >= 1 and sum(returned) >= 1
+
+
+def test_random_workload_rates_and_brokers() -> None:
+    """POP/GRAPE's random distribution: 70 % low-rated (10 % of their symbol), 25 % medium
+    (50 %), 5 % high (all of it), at X brokers drawn at random; no hot broker."""
+    from rangecast.sim.workloads import WorkloadSpec, paper_plan
+
+    spec = WorkloadSpec(seed=1, workload="random", events=100, subs_per_node=40.0,
+                        publishers=4, sub_brokers=8)  # fmt: skip
+    pl = paper_plan(spec, list(range(63)))
+    assert len({v for _, v, _ in pl.subs}) == 8 and "hot" not in pl.marks
+    a = pl.gen.schema.attributes[1]
+    sinks = []  # the share of its symbol's events each subscription sinks
+    for _, _, sub in pl.subs:
+        window = dict(sub.ranges).get(1)
+        sinks.append(1.0 if window is None else round((window.hi - window.lo) / (a.max - a.min), 6))
+    n = len(sinks)
+    assert n == 63 * 40 and set(sinks) == {0.1, 0.5, 1.0}
+    assert abs(sinks.count(0.1) / n - 0.70) < 0.03 and abs(sinks.count(0.5) / n - 0.25) < 0.03
+    assert abs(sinks.count(1.0) / n - 0.05) < 0.015
+    r = run("pop", **{**CLUSTERED, "workload": "random", "sub_brokers": 8})
+    assert r.events == CLUSTERED["events"]  # run() checked it against the oracle

@@ -95,3 +95,27 @@ def test_octopia_against_tid_varies_placement_and_the_service_model() -> None:
         v == {("octopia", False), ("octopia", True), ("padres", False)} for v in cells.values()
     )
     assert {(k[2], k[3]) for k in cells} == {(1.0, 20.0), (1.0, 0.0), (7.0, 20.0), (7.0, 0.0)}
+
+
+def test_popgrape_studies_are_shipped() -> None:
+    """The random workload (Fig. 5g), the weight study (Fig. 5h) and the thresholds (Figs.
+    6d-h), each on the popgrape63 set-up with service times on."""
+    studies = {"popgrape-random": 36, "grape-weights": 60, "popgrape-thresholds": 33}
+    for name, runs in studies.items():
+        plan = load_plan(name)
+        assert len(plan.runs) == runs, name
+        for r in plan.runs:
+            p = r.params
+            assert (p.nodes, p.latency, p.warmup, p.service_ms) == (63, "planetlab", 0.5, 1.0)
+    weights = load_plan("grape-weights")
+    assert {r.params.weight for r in weights.runs} == {1.0, 25.0, 50.0, 75.0, 100.0}
+    assert {r.params.workload for r in weights.runs} == {"clustered", "random"}
+    assert {r.params.workload for r in load_plan("popgrape-random").runs} == {"random"}
+    thresholds = load_plan("popgrape-thresholds")
+    assert {r.params.threshold for r in thresholds.runs if r.scenario != "padres"} == {
+        10,
+        25,
+        50,
+        100,
+        200,
+    }
