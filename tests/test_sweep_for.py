@@ -101,6 +101,16 @@ def test_popgrape_studies_are_shipped() -> None:
     """The random workload (Fig. 5g), the weight study (Fig. 5h) and the thresholds (Figs.
     6d-h), each on the popgrape63 set-up with service times on."""
     studies = {"popgrape-random": 36, "grape-weights": 60, "popgrape-thresholds": 33}
+    subscribers = load_plan("octopia-subscribers")
+    assert len(subscribers.runs) == 2 * 6 * 3
+    assert {round(r.params.nodes * r.params.subs_per_node) for r in subscribers.runs} == {
+        500,
+        1000,
+        2000,
+        3000,
+        4000,
+        5000,
+    }
     for name, runs in studies.items():
         plan = load_plan(name)
         assert len(plan.runs) == runs, name
