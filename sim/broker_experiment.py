@@ -842,10 +842,9 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         self.event_of: dict[int, int] = {}
         #: The steady window's first event, and the counters when it is published.
         self.steady_from = round(p.warmup * len(pl.pubs)) if p.warmup else -1
-        self.steady_mark = (0, 0, 0)
-        #: Each broker's busy time when the event phase, and the steady window, begin.
+        self.steady_mark: tuple[int, int, int, dict[int, float]] = (0, 0, 0, {})
+        #: Each broker's busy time when the event phase begins (the steady window's: its mark).
         self.busy_mark = self.bnet.busy()
-        self.steady_busy: dict[int, float] = {}
         t = sim.now
         for k, (gap, i) in enumerate(pl.pubs):
             t += gap
@@ -862,8 +861,8 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
                 self.sim.stats.messages,
                 self.sim.stats.types_json().get("Publish", {}).get("messages", 0),
                 self._migrations(),
+                net.busy(),
             )
-            self.steady_busy = net.busy()
         self.published.append(self.sim.now)
         b = net.clients.broker_of(client)
         at = self.sim.now + net.client_delay(client, b)
@@ -873,7 +872,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         net = self.bnet
         b = net.clients.publish(client, k)
         if b is not None:
-            net.submit(b, ClientCall(client, k, lambda br, now: self._publish(br, client, k, now)))
+            net.submit(b, ClientCall(client, k, self._publish))
 
     def _migrations(self) -> int:
         net = self.bnet
@@ -884,13 +883,14 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         )
 
     def _steady(self, got: dict[tuple[int, int], int], want: set[tuple[int, int]],
-                lat: list[float], hops: list[int]) -> dict[str, float]:  # fmt: skip
-        """The figures from event ``steady_from`` on (``BrokerResult.steady``)."""
+                lat: list[float], hops: list[int], end: float) -> dict[str, float]:  # fmt: skip
+        """The figures from event ``steady_from`` on (``BrokerResult.steady``); ``end``: the
+        last delivery."""
         k0, sim = self.steady_from, self.sim
         n = len(self.plan.events) - k0
         if k0 < 0 or n <= 0:
             return {}
-        msgs, pubs, migs = self.steady_mark
+        msgs, pubs, migs, busy = self.steady_mark
         end_pubs = sim.stats.types_json().get("Publish", {}).get("messages", 0)
         d = [
             (x, h)
@@ -899,7 +899,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         ]
         return {
             "from_event": float(k0),
-            "input_utilisation": self._utilisation(self.steady_busy, self.published[k0])["mean"],
+            "input_utilisation": self._utilisation(busy, self.published[k0], end)["mean"],
             "messages_per_event": (sim.stats.messages - msgs) / n,
             "publications_per_event": (end_pubs - pubs) / n,
             "broker_inputs_per_event": (sim.stats.messages - msgs) / n + 1.0,
@@ -909,13 +909,11 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             "migrations": float(self._migrations() - migs),
         }
 
-    def _utilisation(self, mark: dict[int, float], start: float) -> dict[str, float]:
-        """Each broker's busy time since ``mark`` over the time from ``start`` to the last
-        delivery: mean and max over the brokers."""
-        net = self.bnet
-        end = max((r.now for r in net.receipts), default=self.sim.now)
+    def _utilisation(self, mark: dict[int, float], start: float, end: float) -> dict[str, float]:
+        """Each broker's busy time since ``mark`` over the time from ``start`` to ``end`` (the
+        last delivery): mean and max over the brokers."""
         span = end - start
-        busy = net.busy()
+        busy = self.bnet.busy()
         return mean_max(
             [(busy[v] - mark.get(v, 0.0)) / span if span > 0 else 0.0 for v in sorted(busy)]
         )
@@ -989,7 +987,8 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         setup_messages, setup_bytes = self.setup_traffic
         vals = np.sort(np.asarray(hit_lat, dtype=np.float64))
         migrations = self._migrations()
-        steady = self._steady(got, want_all, lat, hops)
+        end = max((r.now for r in net.receipts), default=sim.now)
+        steady = self._steady(got, want_all, lat, hops, end)
         self.phases["check"] = time.perf_counter() - mark
         return BrokerResult(
             system=p.system,
@@ -1029,7 +1028,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             ),
             load_max_over_mean=max(load) / mean_load if mean_load else 0.0,
             input_utilisation=self._utilisation(
-                self.busy_mark, self.published[0] if self.published else sim.now
+                self.busy_mark, self.published[0] if self.published else sim.now, end
             ),
             load_gini=gini(load),
             setup_messages=setup_messages,

@@ -73,18 +73,21 @@ _INF = float("inf")
 
 
 class ClientCall:
-    """A client's call ``fn(broker, now)`` queued at its broker; ``item`` is what the client
-    registry buffers for it (the publication) should the broker pause the client first."""
+    """A client's publication queued at its broker: ``publish(broker, client, item, now)`` when
+    served; ``item`` is what the client registry buffers for it should the broker pause the
+    client first."""
 
-    __slots__ = ("client", "fn", "item")
+    __slots__ = ("client", "item", "publish")
 
-    def __init__(self, client: int, item: Any, fn: Callable[[Broker, float], Any]) -> None:
+    def __init__(
+        self, client: int, item: Any, publish: Callable[[Broker, int, Any, float], Any]
+    ) -> None:
         self.client = client
         self.item = item
-        self.fn = fn
+        self.publish = publish
 
     def __call__(self, broker: Broker, now: float) -> Any:
-        return self.fn(broker, now)
+        return self.publish(broker, self.client, self.item, now)
 
 
 class _Link:
@@ -247,9 +250,10 @@ class BrokerNode:
         while self._done <= now:
             self._released.extend(self._held)
             self._released_events.extend(self._held_events)
-            for ev in self._held_events:
-                if type(ev) is ClientCommand and ev.op == PAUSE:
-                    self._take_back(ev.client)
+            if q:  # a pause can only take back what is still waiting
+                for ev in self._held_events:
+                    if type(ev) is ClientCommand and ev.op == PAUSE:
+                        self._take_back(ev.client)
             self._held, self._held_events = [], []
             t = self._done
             self._done = _INF

@@ -27,6 +27,7 @@ from rangecast.analysis.reproduce.compare import (
     Check,
     Stat,
     fmt_stat,
+    fmt_value,
     stat_of,
 )
 from rangecast.analysis.reproduce.evaluate import FigureResult, RunRecord, dig
@@ -335,13 +336,9 @@ def _value(check: Check, stat: Stat) -> str:
 def _paper_value(check: Check) -> str:
     if check.paper_range is not None:
         lo, hi = check.paper_range
-        return f"{lo:.2f}-{hi:.2f}x" if check.unit == "x" else f"{lo:g}-{hi:g}"
+        return f"{fmt_value(lo, '')}-{fmt_value(hi, check.unit)}"
     assert check.paper is not None
-    if check.unit == "fraction":
-        return f"{check.paper:.1%}"
-    if check.unit == "relative":
-        return f"{check.paper:+.1%}"
-    return f"{check.paper:.2f}x" if check.unit == "x" else f"{check.paper:g}"
+    return fmt_value(check.paper, check.unit)
 
 
 @register_cause(*_NODE_FIGURE_PARTS)

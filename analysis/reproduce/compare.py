@@ -277,6 +277,17 @@ def figure_verdict(checks: Sequence[Check]) -> str:
     return "n/a"
 
 
+def fmt_value(x: float, unit: str) -> str:
+    """One value in its unit, as the "why" sentences print it."""
+    if unit == "fraction":
+        return f"{x:.1%}"
+    if unit == "relative":
+        return f"{x:+.1%}"
+    if unit == "x":
+        return f"{x:.3g}x"
+    return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
 def fmt_stat(s: Stat | None, unit: str = "") -> str:
     """``mean ± half`` for the page, in the unit's usual precision."""
     if s is None:

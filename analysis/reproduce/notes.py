@@ -12,7 +12,14 @@ import math
 from collections.abc import Sequence
 
 import rangecast.analysis.report.paper as paper
-from rangecast.analysis.reproduce.compare import CHANGE_TOL, EXACT_TOL, REL_TOL, Check, fmt_stat
+from rangecast.analysis.reproduce.compare import (
+    CHANGE_TOL,
+    EXACT_TOL,
+    REL_TOL,
+    Check,
+    fmt_stat,
+    fmt_value,
+)
 from rangecast.analysis.reproduce.evaluate import FigureResult, RunRecord
 
 #: Figures drawn from the base run and its variants (the thesis' 1,000-node run).
@@ -79,16 +86,6 @@ def context(recs: Sequence[RunRecord], figures: Sequence[FigureResult]) -> dict[
     return out
 
 
-def _num(x: float, unit: str) -> str:
-    if unit == "fraction":
-        return f"{x:.1%}"
-    if unit == "relative":
-        return f"{x:+.1%}"
-    if unit == "x":
-        return f"{x:.3g}x"
-    return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
-
-
 def describe(c: Check) -> str:
     """One check's comparison in words, generated from its numbers ("" when it has none)."""
     if c.ours is None:
@@ -97,15 +94,16 @@ def describe(c: Check) -> str:
     if c.kind == "change" and c.compared is not None:
         p, o = c.compared
         return (
-            f"{c.quantity}: ours {_num(o, 'relative')} against the paper's "
-            f"{_num(p, 'relative')}, {abs(o - p) * 100:.1f} points apart (tolerance "
+            f"{c.quantity}: ours {fmt_value(o, 'relative')} against the paper's "
+            f"{fmt_value(p, 'relative')}, {abs(o - p) * 100:.1f} points apart (tolerance "
             f"{CHANGE_TOL * 100:.0f})"
         )
     if c.kind == "range" and c.paper_range is not None:
         lo, hi = c.paper_range
         m = c.ours.mean
         where = "below" if m < lo else "above" if m > hi else "inside"
-        return f"{c.quantity}: ours {ours} is {where} the stated {_num(lo, '')}-{_num(hi, '')}"
+        stated = f"{fmt_value(lo, '')}-{fmt_value(hi, '')}"
+        return f"{c.quantity}: ours {ours} is {where} the stated {stated}"
     if c.kind == "trend":
         follows = "follows" if c.holds else "does not follow"
         return f"{c.quantity}: ours {ours} {follows} the stated trend ({c.paper_text})"
@@ -125,7 +123,7 @@ def describe(c: Check) -> str:
     else:
         unit = "" if c.unit in ("", "fraction", "relative", "x") else f" {c.unit}"
     return (
-        f"{c.quantity}: ours {_num(o, c.unit)}{unit} is {how} {_num(p, c.unit)}{unit} "
+        f"{c.quantity}: ours {fmt_value(o, c.unit)}{unit} is {how} {fmt_value(p, c.unit)}{unit} "
         f"(tolerance {1 / (1 + tol):.2f}-{1 + tol:.2f}x)"
     )
 

@@ -399,7 +399,7 @@ def _draw_values(ax: Any, panel: _ValuesPanel) -> dict:
             # say which end it counts): beside ours, never the verdict's value.
             k = _scale(r.check.unit)
             m = got.mean * k
-            h = 0.0 if got.half != got.half else got.half * k  # NaN: one seed, no interval
+            h = 0.0 if math.isnan(got.half) else got.half * k  # one seed: no interval
             ax.errorbar(
                 [m], [y + 0.06], xerr=[[h], [h]], fmt="s", color=plots.COLOURS[1], mfc="white",
                 capsize=3, ms=6, label=once("ours, each node charged the bytes it receives"),
