@@ -152,6 +152,9 @@ class OverlayStats(DropStats):
     #: Notifications for a (subscription, event) already notified, dropped at the subscriber.
     repeated_deliveries: int = 0
     matched: int = 0
+    #: Stored pieces a leaf holds each time it matches an event: the entries its match tests
+    #: (the comparison's matchings, like a broker's PRT entries scanned per publication).
+    scanned: int = 0
     #: Replication: replicas promoted to primary (their primary failed), tree nodes handed
     #: over to a peer that became their root, full states and single changes sent to replicas.
     promoted: int = 0

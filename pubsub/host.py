@@ -205,6 +205,7 @@ class TreeHost(NodeBase):
                 self.stats.duplicate_probes += 1
                 return
             strict = schema.partial == "strict"
+            self.stats.scanned += len(node.index)
             matched = node.index.match(values, space.index, cutoff, strict)
             if not matched:
                 return

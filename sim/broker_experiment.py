@@ -1,5 +1,5 @@
-"""``rangecast sim run siena|padres|octopia|kyra|pop|grape``: the broker-overlay systems on the
-thesis workload, every delivery checked by the thesis' brute-force oracle.
+"""``rangecast sim run siena|padres|octopia|kyra|kmeans|pop|grape``: the broker-overlay systems on
+the thesis workload, every delivery checked by the thesis' brute-force oracle.
 
 Same work as ``sim run thesis`` of the same seed and sizes: the same latency model and node
 placement (sim.broker_network), the same schema, and the same subscriptions, subscribers,
@@ -27,7 +27,11 @@ The systems (docs/baselines.md has each one's readings):
   to (region, cluster) at random), CIVs, static routing, or IDR with ``--dynamic on`` and
   per-link queues or a per-broker service time (``--service-ms``, ``--match-us``, ``--send-ms``);
 * ``kyra``: HAC cliques (``--max-distance``, ``--max-size``), k-d zones per clique from an event
-  sample (not the published events) and the clique's subscriptions, T global zones and trees.
+  sample (not the published events) and the clique's subscriptions, T global zones and trees;
+* ``kmeans``: Kyra's multicast-based baseline (Riabov et al.): ``--cells`` bins per attribute,
+  the grid's cells clustered into ``--groups`` multicast groups by Forgy's K-means over their
+  subscribers (weights from an event sample), a latency MST per group, events flooded
+  unfiltered on their group's tree; subscriptions are static (no set-up message).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from rangecast.brokers import kyra, octopia
+from rangecast.brokers import kmeans, kyra, octopia
 from rangecast.brokers.broker import Broker, RoutingConfig, padres, siena
 from rangecast.brokers.clients import ClientCommand
 from rangecast.brokers.filters import Box
@@ -55,7 +59,7 @@ from rangecast.brokers.pop import PopStrategy
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.pubsub.schema import THESIS_SCHEMA
 from rangecast.sim import runlog
-from rangecast.sim.broker_network import BrokerNetwork, ClientCall
+from rangecast.sim.broker_network import BrokerNetwork, BrokerNode, ClientCall
 from rangecast.sim.event_source import (
     EventSource,
     check_csv_params,
@@ -87,7 +91,7 @@ __all__ = [
     "plan",
 ]
 
-SYSTEMS = ("siena", "padres", "octopia", "kyra", "pop", "grape")
+SYSTEMS = ("siena", "padres", "octopia", "kyra", "kmeans", "pop", "grape")
 WORKLOADS = ("thesis", "burst", "clustered", "random")
 
 
@@ -128,6 +132,9 @@ class BrokerParams:
     )
     max_size: int = param(16, "kyra: largest clique")
     trees: int = param(0, "kyra: global zones and trees T (0: the largest clique's size)")
+    # Riabov et al. give no values; small, so that K-means has few cells to cluster.
+    groups: int = param(8, "kmeans: multicast groups G (Forgy K-means over cells)")
+    cells: int = param(4, "kmeans: grid bins per attribute")
     threshold: int = param(
         100, "pop: traces before the walk (P_threshold); grape: publications per session"
     )
@@ -205,6 +212,8 @@ class BrokerParams:
             raise LocalProtocolError("need --nodes >= 2, --events >= 0, --subs-per-node > 0")
         if self.arity < 1 or self.max_size < 1 or self.trees < 0 or self.threshold < 1:
             raise LocalProtocolError("need --arity, --max-size, --threshold >= 1, --trees >= 0")
+        if self.groups < 1 or self.cells < 1:
+            raise LocalProtocolError("need --groups >= 1 and --cells >= 1")
         if not 1 <= self.clusters <= self.nodes:
             raise LocalProtocolError("--clusters must be in [1, --nodes]")
         if not 0 <= self.weight <= 100:
@@ -244,6 +253,11 @@ class OctopiaParams(BrokerParams):
 @dataclass(frozen=True, slots=True)
 class KyraParams(BrokerParams):
     system: str = "kyra"
+
+
+@dataclass(frozen=True, slots=True)
+class KmeansParams(BrokerParams):
+    system: str = "kmeans"
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,6 +455,23 @@ class _Siena(_Tree):
 class _Padres(_Tree):
     ads = True
 
+    def after_setup(self) -> dict[str, Any]:
+        """With tree IDs: the PRT entries whose subscription came in from different neighbours
+        for different trees, the only places where TID dynamic routing could send a
+        publication another way ("Paths associated with the bounded TIDs are used in dynamic
+        routing of publications provided their last hops are different", OctopiA's
+        description of its ref. [20]). 0 means dynamic routing would route as static."""
+        if not self.p.cyclic:
+            return {}
+        entries = alternatives = 0
+        for _, b in sorted(self.sc.bnet.brokers.items()):
+            for e in b.tables(0).prt.values():
+                if e.hops:
+                    entries += 1
+                    if len(set(e.hops.values())) > 1:
+                        alternatives += 1
+        return {"tid_entries": entries, "tid_alternatives": alternatives}
+
 
 class _Relocating(_Padres):
     """POP and GRAPE: the strategy's client calls, and the driver's part of a migration."""
@@ -598,11 +629,51 @@ class _Kyra(_System):
         return self._s(b).publish(b, values, now)
 
 
+class _Kmeans(_System):
+    def build(self, brokers: list[int]) -> None:
+        p, sc = self.p, self.sc
+        # Built from the known subscriptions and a sample, like Kyra's layout.
+        sample_rng = sc.stream("kmeans-sample")
+        sample = [sc.plan.gen.event(sample_rng) for _ in range(1000)]
+        subs = [(sc.bnet.nearest_broker(i), sc.boxes[id(sub)]) for _, i, sub in sc.plan.subs]
+        forgy = sc.stream("kmeans-forgy")
+        self.lay = kmeans.kmeans_layout(
+            self.schema, brokers, subs, sample, self.rtt, p.groups, p.cells, forgy
+        )
+        self.configs = self.lay.configs()
+        sizes = [len(ms) for ms in self.lay.members]
+        self.layout.update(
+            groups=len(sizes),
+            cells=sum(len(cs) for cs in self.lay.groups),
+            grid=self.lay.grid.size,
+            group_members_mean=sum(sizes) / len(sizes) if sizes else 0.0,
+            group_members_min=min(sizes, default=0),
+            group_members_max=max(sizes, default=0),
+            servers=len(brokers),
+        )
+
+    def make(self, v: int) -> Broker:
+        ovs = {i: ov.neighbours(v) for i, ov in enumerate(self.lay.overlays)}
+        return Broker(v, self.schema, ovs, self.configs, self.lay.strategy(v))
+
+    def _s(self, b: Broker) -> kmeans.KMeansStrategy:
+        s = b.strategy
+        assert isinstance(s, kmeans.KMeansStrategy)
+        return s
+
+    def subscribe(self, b: Broker, box: Box, now: float) -> int:
+        return self._s(b).subscribe(b, box, now)
+
+    def publish(self, b: Broker, ad: int, values: Sequence[float | None], now: float) -> int:
+        return self._s(b).publish(b, values, now)
+
+
 _SYSTEMS: dict[str, type[_System]] = {
     "siena": _Siena,
     "padres": _Padres,
     "octopia": _Octopia,
     "kyra": _Kyra,
+    "kmeans": _Kmeans,
     "pop": _Pop,
     "grape": _Grape,
 }
@@ -637,6 +708,9 @@ class BrokerResult(RunResult):
     #: traffic weighed by latency (NetStats.delay_ms; the clients' hops to their brokers are
     #: not messages of the overlay and are left out).
     traffic_ms_per_event: float
+    #: PRT entries the brokers scanned matching publications (every broker a publication
+    #: reaches matches it against its whole PRT to route it), per event.
+    matchings_per_event: float
     #: Broker-overlay hops from the publishing broker to the delivering one, per delivery.
     hops_per_delivery: float
     delivery_latency_ms: dict[str, float]
@@ -657,6 +731,16 @@ class BrokerResult(RunResult):
     input_utilisation: dict[str, float]
     setup_messages: int
     setup_bytes: int
+    #: From a broker's advertise call to the last broker processing that advertisement (ms,
+    #: mean and max over the ads; {} without ads).
+    ad_delay_ms: dict[str, float]
+    #: From a broker's subscribe call to the last broker processing that subscription (ms;
+    #: {} where subscriptions do not travel under their own id: Kyra, K-means groups).
+    sub_delay_ms: dict[str, float]
+    #: The input queue of the burst workload's high-rate publisher's broker over the event
+    #: phase: its time-weighted mean length and its longest (needs a service time; {} on the
+    #: other workloads).
+    hrp_queue: dict[str, float]
     #: Publication messages (broker to broker) per event: the papers' message rate.
     publications_per_event: float
     #: Advertisement messages of the set-up (OctopiA: with its CIB_SET replies).
@@ -691,7 +775,8 @@ class BrokerResult(RunResult):
                 f"  per event          {self.messages_per_event:.1f} messages, "
                 f"{self.bytes_per_event:,.0f} bytes, {self.publications_per_event:.1f} "
                 f"publications; {self.hops_per_delivery:.2f} hops per delivery; "
-                f"latency-weighted traffic {self.traffic_ms_per_event:,.0f} ms",
+                f"latency-weighted traffic {self.traffic_ms_per_event:,.0f} ms; "
+                f"{self.matchings_per_event:,.0f} matchings",
                 f"  delivery latency   mean {dl['mean']:.0f} ms, p90 {dl['p90']:.0f}, "
                 f"max {dl['max']:.0f}",
                 f"  brokers            {self.false_positive_receptions:,} false-positive "
@@ -704,10 +789,25 @@ class BrokerResult(RunResult):
                 f"{self.setup_bytes:,} bytes; migrations {self.migrations}",
                 f"  advertisements     {self.ad_messages:,} messages; SRT entries mean "
                 f"{self.srt_entries['mean']:.1f}, max {self.srt_entries['max']:.0f}",
+                *self._delay_lines(),
                 *self._steady_line(),
                 f"  wall {self.wall_s:.1f} s",
             ]
         )
+
+    def _delay_lines(self) -> list[str]:
+        words = [
+            f"{what} delay mean {d['mean']:.0f} ms, max {d['max']:.0f}"
+            for what, d in (
+                ("advertisement", self.ad_delay_ms),
+                ("subscription", self.sub_delay_ms),
+            )
+            if d
+        ]
+        q = self.hrp_queue
+        if q:
+            words.append(f"HRP broker's input queue mean {q['mean']:.1f}, max {q['max']:.0f}")
+        return ["  set-up, queues     " + "; ".join(words)] if words else []
 
     def _steady_line(self) -> list[str]:
         st = self.steady
@@ -799,14 +899,18 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         self.ad_of: dict[int, int] = {}
         #: publisher client -> the broker hosting its ad
         self.ad_host: dict[int, int] = {}
+        #: ad id -> when its broker advertised it; subscription id -> when its broker took it.
+        self.ad_called: dict[int, float] = {}
+        self.sub_called: dict[int, float] = {}
         whole = Box.whole(self.schema)
         if system.ads:
             for i in publishers:
                 box = pl.ads.get(i, whole)
 
                 def adv(b: Broker, now: float, c: int = n + i, box: Box = box) -> None:
-                    self.ad_of[c] = system.advertise(b, c, box, now)
+                    ad = self.ad_of[c] = system.advertise(b, c, box, now)
                     self.ad_host[c] = b.id
+                    self.ad_called[ad] = now
 
                 net.call(n + i, adv, 0.0)
         #: (broker, sid) -> subscription index
@@ -815,7 +919,9 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             box = self.boxes[id(sub)]
 
             def do_sub(b: Broker, now: float, j: int = j, box: Box = box) -> None:
-                self.sub_of[(b.id, system.subscribe(b, box, now))] = j
+                sid = system.subscribe(b, box, now)
+                self.sub_of[(b.id, sid)] = j
+                self.sub_called[sid] = now
 
             net.call(i, do_sub, t)
         self.say(f"installing {len(pl.subs):,} subscriptions")
@@ -845,6 +951,10 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         self.steady_mark: tuple[int, int, int, dict[int, float]] = (0, 0, 0, {})
         #: Each broker's busy time when the event phase begins (the steady window's: its mark).
         self.busy_mark = self.bnet.busy()
+        self.hrp_node = self._hrp_node()
+        if self.hrp_node is not None:
+            self.hrp_node.queue_max = 0
+            self.hrp_mark = self.hrp_node.queue_area_at(sim.now)
         t = sim.now
         for k, (gap, i) in enumerate(pl.pubs):
             t += gap
@@ -852,6 +962,30 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         self.say(f"publishing {len(pl.pubs):,} events")
         sim.run()
         self.phases["publish"] = time.perf_counter() - mark
+
+    def _hrp_node(self) -> BrokerNode | None:
+        """The adapter of the broker hosting the burst workload's high-rate publisher."""
+        hrp = self.plan.marks.get("hrp")
+        if hrp is None:
+            return None
+        host = self.ad_host.get(self.params.nodes + hrp)
+        if host is None:
+            host = self.bnet.clients.broker_of(self.params.nodes + hrp)
+        return self.bnet.queues.nodes.get(host)
+
+    def _setup_delays(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Advertisement and subscription delays (ms, mean and max): from the broker's call to
+        the last Advertise / Subscribe message of it a broker processed (0 when none was
+        needed). Subscriptions only where they travel under the client's own id (not Kyra's,
+        whose trees carry the proxies' pieces, nor the K-means groups', which send none)."""
+        settled = self.bnet.settled
+
+        def delays(kind: int, called: dict[int, float]) -> dict[str, float]:
+            ms = [(settled.get((kind, x), t) - t) * 1000.0 for x, t in sorted(called.items())]
+            return mean_max(ms) if ms else {}
+
+        subs = {} if self.params.system in ("kyra", "kmeans") else delays(1, self.sub_called)
+        return delays(0, self.ad_called), subs
 
     def _client_publish(self, k: int, client: int) -> None:
         """The publisher sends event ``k`` to its broker (buffered while it migrates)."""
@@ -989,8 +1123,17 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
         migrations = self._migrations()
         end = max((r.now for r in net.receipts), default=sim.now)
         steady = self._steady(got, want_all, lat, hops, end)
+        ad_delay, sub_delay = self._setup_delays()
+        hrp_queue: dict[str, float] = {}
+        start = self.published[0] if self.published else sim.now
+        if self.hrp_node is not None and end > start:
+            area = self.hrp_node.queue_area_at(end) - self.hrp_mark
+            hrp_queue = {"mean": area / (end - start), "max": float(self.hrp_node.queue_max)}
         self.phases["check"] = time.perf_counter() - mark
         return BrokerResult(
+            ad_delay_ms=ad_delay,
+            sub_delay_ms=sub_delay,
+            hrp_queue=hrp_queue,
             system=p.system,
             workload=p.workload,
             nodes=p.nodes,
@@ -1011,6 +1154,7 @@ class BrokerScenario(Scenario[BrokerParams, BrokerResult]):
             traffic_ms_per_event=(sim.stats.delay_ms - self.setup_delay_ms) / n_events
             if n_events
             else 0.0,
+            matchings_per_event=sum(s.matchings for s in stats) / n_events if n_events else 0.0,
             hops_per_delivery=sum(hit_hops) / len(hit_hops) if hit_hops else 0.0,
             delivery_latency_ms={
                 "mean": ordered_sum(vals) / len(vals) if len(vals) else 0.0,
@@ -1146,6 +1290,10 @@ _SCENARIOS: dict[str, tuple[type[BrokerParams], str]] = {
     "padres": (PadresParams, "PADRES (advertisements) on the thesis workload"),
     "octopia": (OctopiaParams, "OctopiA's clustered SCOT (CIVs, SNR/IDR) on the thesis workload"),
     "kyra": (KyraParams, "Kyra's cliques, zones and trees on the thesis workload"),
+    "kmeans": (
+        KmeansParams,
+        "Kyra's multicast-based baseline (K-means groups of cells) on the thesis workload",
+    ),
     "pop": (PopParams, "POP publisher relocation on PADRES, thesis workload"),
     "grape": (GrapeParams, "GRAPE publisher relocation on PADRES, thesis workload"),
 }

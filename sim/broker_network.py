@@ -61,7 +61,7 @@ from typing import Any
 
 from rangecast.brokers.broker import Broker, Delivered
 from rangecast.brokers.clients import PAUSE, RESUME, ClientCommand, ClientRegistry
-from rangecast.brokers.messages import Publish
+from rangecast.brokers.messages import Advertise, Publish, Subscribe
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.wire import Message
 from rangecast.sim.engine import Simulator
@@ -106,6 +106,7 @@ class BrokerNode:
     """The engine's view of one broker (sim.engine.Core)."""
 
     __slots__ = (
+        "_ads_seen",
         "_arrived",
         "_done",
         "_encode",
@@ -115,6 +116,7 @@ class BrokerNode:
         "_links",
         "_marks",
         "_now",
+        "_q_last",
         "_ready",
         "_released",
         "_released_events",
@@ -126,9 +128,12 @@ class BrokerNode:
         "hops",
         "index_of",
         "match_cost",
+        "queue_area",
+        "queue_max",
         "send_cost",
         "service",
         "serving",
+        "settled",
         "taken_back",
     )
 
@@ -138,6 +143,7 @@ class BrokerNode:
         addrs: list[bytes],
         index_of: dict[bytes, int],
         hops: dict[int, dict[int, int]],
+        settled: dict[tuple[int, int], float],
         bps: float = 0.0,
         encode: Callable[[Message], bytes] | None = None,
         service: float = 0.0,
@@ -149,6 +155,12 @@ class BrokerNode:
         self.index_of = index_of
         #: Shared by every node: event id -> broker -> hops from the publishing broker.
         self.hops = hops
+        #: Shared by every node: (0, ad id) -> when the last broker to learn the ad processed
+        #: its first copy (a cyclic overlay's later copies are dropped, the ad had reached the
+        #: broker already); (1, subscription id) -> when a broker last processed a Subscribe of
+        #: it: the ends of their installations (the set-up delays).
+        self.settled = settled
+        self._ads_seen: set[int] = set()
         self.bps = bps
         self._encode = encode
         self._links: dict[int, _Link] = {}
@@ -173,6 +185,11 @@ class BrokerNode:
         self._arrived = 0
         self._served = 0
         self._marks: dict[int, tuple[int, int]] = {}
+        #: The input queue's length integrated over time (message-seconds), to when it last
+        #: changed, and its largest length (since the driver last reset it).
+        self.queue_area = 0.0
+        self._q_last = 0.0
+        self.queue_max = 0
         #: Seconds of service started so far (the input side's busy time: the papers' input
         #: utilisation is this over the time elapsed).
         self.busy = 0.0
@@ -195,7 +212,26 @@ class BrokerNode:
         if self.serving:
             self.enqueue(msg, s, now)
         else:
+            if type(msg) is Advertise or type(msg) is Subscribe:
+                self._settle(msg, now)
             self.broker.receive(msg, s, now)
+
+    def _settle(self, msg: Advertise | Subscribe, now: float) -> None:
+        if type(msg) is Advertise:
+            if msg.ad not in self._ads_seen:
+                self._ads_seen.add(msg.ad)
+                self.settled[(0, msg.ad)] = now
+        else:
+            self.settled[(1, msg.sub)] = now  # type: ignore[union-attr]
+
+    def _queue_changes(self, now: float) -> None:
+        """The input queue is about to change length at ``now``: integrate the old one."""
+        self.queue_area += len(self._inq) * (now - self._q_last)
+        self._q_last = now
+
+    def queue_area_at(self, now: float) -> float:
+        """``queue_area`` up to ``now``."""
+        return self.queue_area + len(self._inq) * (now - self._q_last)
 
     def handle_timer(self, now: float) -> None:
         self._now = now
@@ -239,7 +275,10 @@ class BrokerNode:
         """An input joins the queue: a message from broker ``src``, or a client call
         ``item(broker, now)`` with ``src`` -1; served at once if the broker is idle."""
         self._now = now
+        self._queue_changes(now)
         self._inq.append((item, src))
+        if len(self._inq) > self.queue_max:
+            self.queue_max = len(self._inq)
         self._arrived += 1
         self._serve(now)
 
@@ -272,18 +311,22 @@ class BrokerNode:
             else:
                 keep.append((x, src))
         if back:
+            self._queue_changes(self._now)
             self._inq.clear()  # in place: ``_serve`` holds the deque
             self._inq.extend(keep)
             self.taken_back.setdefault(client, []).extend(back)
 
     def _start(self, t: float) -> None:
         broker = self.broker
+        self._queue_changes(t)
         item, src = self._inq.popleft()
         self._served += 1
         before = broker.stats.matchings
         if src < 0:
             item(broker, t)
         else:
+            if type(item) is Advertise or type(item) is Subscribe:
+                self._settle(item, t)
             broker.receive(item, src, t)
         self._held = broker.take_messages()
         self._held_events = broker.take_events()
@@ -400,6 +443,8 @@ class BrokerNetwork:
         sim.add_nodes(count, stream(seed, "placement"))
         self.model = sim.latency
         self.hops: dict[int, dict[int, int]] = {}
+        #: (0, ad) or (1, subscription) -> its last Advertise / Subscribe processed (BrokerNode).
+        self.settled: dict[tuple[int, int], float] = {}
         self.brokers: dict[int, Broker] = {}
         self.broker_nodes: list[int] = list(range(count))
         self._is_broker = set(self.broker_nodes)
@@ -427,7 +472,9 @@ class BrokerNetwork:
             if b.id != v:
                 raise LocalProtocolError(f"broker {b.id} built for node {v}")
             self.brokers[v] = b
-            node = BrokerNode(b, sim.addrs, sim.index_of, self.hops, bps, encode, *self.service)
+            node = BrokerNode(
+                b, sim.addrs, sim.index_of, self.hops, self.settled, bps, encode, *self.service
+            )
             self.queues.nodes[v] = node
             sim.attach(v, node)
 

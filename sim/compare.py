@@ -11,6 +11,11 @@ messages, bytes per event    every message of the event phase (all types) / even
 traffic ms per event         latency-weighted traffic: the one-way propagation delays of every
                              message of the event phase, summed, / events (a 66 ms hop weighs
                              ten times a 7 ms one; NetStats.delay_ms)
+matchings per event          subscription entries an event is tested against, summed over the
+                             nodes that match it: brokers, the whole PRT of every broker the
+                             publication reaches (each matches to route it); thesis, the
+                             pieces stored at each leaf that matches it (inner tree nodes route
+                             by their leaf routing tables and test no subscription)
 hops per delivery            broker-overlay hops from the publishing broker to the delivering
                              one (brokers); not measured for the thesis (DHT hops per probe and
                              per delivery message differ in kind): None
@@ -29,7 +34,8 @@ migrations                   publishers moved (POP, GRAPE); None for the systems
 inactive                     why the row's own mechanism did not act in this run (None: it
                              did): POP/GRAPE that moved no publisher, PADRES under full-domain
                              advertisements (it then routes as SIENA), OctopiA whose CIVs
-                             name every cluster (events go to all of them)
+                             name every cluster (events go to all of them), K-means groups
+                             that each span every server
 ===========================  ==================================================================
 
 Workloads (``--workload``): ``thesis``, the thesis workload (a random publisher per event,
@@ -85,6 +91,7 @@ class Row:
     messages_per_event: float
     bytes_per_event: float
     traffic_ms_per_event: float
+    matchings_per_event: float
     hops_per_delivery: float | None
     latency_mean_ms: float
     latency_p90_ms: float
@@ -143,7 +150,8 @@ class Comparison:
     def table(self) -> str:
         """The rows as a Markdown table (what the command prints)."""
         head = (
-            "| system | msgs/event | bytes/event | traffic ms/event | hops/delivery "
+            "| system | msgs/event | bytes/event | traffic ms/event | matchings/event "
+            "| hops/delivery "
             "| latency mean/p90/max (ms) | false-pos. receptions | table entries mean/max "
             "| neighbours mean/max | load max/mean | Gini | set-up msgs | migrations "
             "| missed/dup./false |"
@@ -159,7 +167,7 @@ class Comparison:
             + (f", events from {self.events_from}" if self.events_from else ""),
             "",
             head,
-            "|" + "---|" * 14,
+            "|" + "---|" * 15,
         ]
 
         def opt(x: float | None, spec: str) -> str:
@@ -169,6 +177,7 @@ class Comparison:
             lines.append(
                 f"| {r.system}{' *' if r.inactive else ''} | {r.messages_per_event:.1f} "
                 f"| {r.bytes_per_event:,.0f} | {r.traffic_ms_per_event:,.0f} "
+                f"| {r.matchings_per_event:,.0f} "
                 f"| {opt(r.hops_per_delivery, '.2f')} "
                 f"| {r.latency_mean_ms:.0f} / {r.latency_p90_ms:.0f} / {r.latency_max_ms:.0f} "
                 f"| {opt(r.false_positive_receptions, ',')} "
@@ -244,6 +253,7 @@ def _thesis_row(sc: _MeasuredThesis, r: ThesisResult) -> Row:
         migrations=None,
         inactive=None,
         traffic_ms_per_event=r.traffic_ms_per_event,
+        matchings_per_event=r.matchings_per_event,
         wall_s=r.wall_s,
     )
 
@@ -268,6 +278,9 @@ def inactive(
         and target >= clusters
     ):
         return f"every publisher's CIV names all {clusters} clusters: no cluster is pruned"
+    least, servers = layout.get("group_members_min"), layout.get("servers")
+    if system == "kmeans" and isinstance(servers, int) and least == servers:
+        return f"every multicast group spans all {servers} servers: no server is pruned"
     return None
 
 
@@ -296,6 +309,7 @@ def _broker_row(r: BrokerResult) -> Row:
         migrations=r.migrations if r.system in ("pop", "grape") else None,
         inactive=inactive(r.system, r.workload, r.migrations, r.layout),
         traffic_ms_per_event=r.traffic_ms_per_event,
+        matchings_per_event=r.matchings_per_event,
         wall_s=r.wall_s,
     )
 

@@ -506,6 +506,9 @@ class ThesisResult(TimedResult):
     #: One-way propagation delays of every message of the event phase, summed, per event (ms):
     #: traffic weighed by latency (NetStats.delay_ms).
     traffic_ms_per_event: float
+    #: Stored pieces the matching leaves hold, summed over an event's matches, per event: the
+    #: entries the overlay tests an event against (a broker's are its PRT scans).
+    matchings_per_event: float
     sim_messages: int
     sim_time_s: float
     sim_messages_per_s: float
@@ -578,7 +581,7 @@ class ThesisResult(TimedResult):
             f"top-20 {dv['top20_mean']:.0f}, max {dv['max']:.0f}   ({r['delivery']} delivery)",
             f"  per event          {r['messages_per_event']:.1f} messages, "
             f"{r['bytes_per_event']:,.0f} bytes, latency-weighted traffic "
-            f"{r['traffic_ms_per_event']:,.0f} ms",
+            f"{r['traffic_ms_per_event']:,.0f} ms, {r['matchings_per_event']:,.0f} matchings",
             f"  2d-tree            {tree['leaves']:,} leaves, {tree['internal']:,} internal, "
             f"max depth {tree['max_depth']}",
             f"  simulated messages {r['sim_messages']:,}; wall {r['wall_s']:.1f} s "
@@ -852,6 +855,9 @@ class Thesis(PubSubScenario[ThesisParams, ThesisResult]):
             messages_per_event=((sim_messages - install_messages) / n_events if n_events else 0.0),
             traffic_ms_per_event=(
                 (sim.stats.delay_ms - self.install_delay_ms) / n_events if n_events else 0.0
+            ),
+            matchings_per_event=(
+                sum(p.overlay.stats.scanned for p in peers) / n_events if n_events else 0.0
             ),
             sim_messages=sim_messages,
             sim_time_s=sim.now,

@@ -54,7 +54,7 @@ class Echo:
 
 def node(core: Echo, service: float, match_cost: float = 0.0, send_cost: float = 0.0) -> BrokerNode:
     return BrokerNode(
-        cast(Broker, core), ADDRS, INDEX, {}, service=service, match_cost=match_cost,
+        cast(Broker, core), ADDRS, INDEX, {}, {}, service=service, match_cost=match_cost,
         send_cost=send_cost,
     )  # fmt: skip
 
@@ -95,6 +95,8 @@ def test_a_burst_queues_and_leaves_in_fifo_order_one_service_apart() -> None:
     # The core saw each input at the start of its service, in arrival order.
     assert [(e, round(t, 9)) for e, _, t in core.seen] == [(1, 0.0), (2, 0.022), (3, 0.044)]
     assert n.sample(0, 1.0) == (0, 0, 2)
+    # Two waited behind the first: 2 for 22 ms, then 1 for 22 ms (the queue-length measure).
+    assert n.queue_max == 2 and round(n.queue_area_at(1.0), 9) == 0.066
     # Idle again: an input is served at once.
     n.receive(pub(4), ADDRS[3], 1.0)
     assert core.seen[-1] == (4, 3, 1.0)
@@ -117,7 +119,7 @@ def test_client_calls_share_the_queue() -> None:
 
 def test_off_by_default() -> None:
     core = Echo()
-    n = BrokerNode(cast(Broker, core), ADDRS, INDEX, {})
+    n = BrokerNode(cast(Broker, core), ADDRS, INDEX, {}, {})
     assert not n.serving
     n.receive(pub(1), ADDRS[1], 0.25)
     assert core.seen == [(1, 1, 0.25)]

@@ -177,7 +177,7 @@ def test_plans_of_other_scenarios(tmp_path: Path) -> None:
 
 def test_baselines_plan() -> None:
     plan = load_plan("baselines")
-    systems = ("thesis", "siena", "padres", "octopia", "kyra", "pop", "grape")
+    systems = ("thesis", "siena", "padres", "octopia", "kyra", "kmeans", "pop", "grape")
     assert plan.scenarios == systems and plan.seeds == (1, 2)
     assert [r.scenario for r in plan.runs] == [s for s in systems for _ in (1, 2)]
     assert all(r.params.nodes == 200 and r.params.events == 500 for r in plan.runs)

@@ -28,6 +28,7 @@ HEADERS = (
     "msgs/event",
     "bytes/event",
     "traffic ms/event",
+    "matchings/event",
     "hops/delivery",
     "latency mean (ms)",
     "latency p90 (ms)",
@@ -166,8 +167,10 @@ def systems(report: Report, out: Path) -> None:
                 "latency of the expected deliveries, table entries per node (brokers: SRT + "
                 "PRT entries; thesis: subscription pieces stored), load = messages sent + "
                 "received per node in the event phase, set-up = every message before it; "
-                "migrations (POP, GRAPE) from the run's summary. Runs from 'sim compare --out' "
-                "are also checked against its compare.json.",
+                "matchings per event (subscription entries an event was tested against: a "
+                "broker's whole PRT at every broker it reached, the pieces of each leaf that "
+                "matched it) and migrations (POP, GRAPE) from the run's summary. Runs from "
+                "'sim compare --out' are also checked against its compare.json.",
             )
         )
         stem = f"systems{n + 1:02d}"
@@ -220,6 +223,7 @@ OVER_SEEDS = (
     ("messages_per_event", "msgs/event"),
     ("bytes_per_event", "bytes/event"),
     ("traffic_ms_per_event", "traffic ms/event"),
+    ("matchings_per_event", "matchings/event"),
     ("latency_mean_ms", "latency mean (ms)"),
     ("latency_p90_ms", "latency p90 (ms)"),
     ("load_max_over_mean", "load max/mean"),

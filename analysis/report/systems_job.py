@@ -48,6 +48,7 @@ COLUMNS = (
     "messages_per_event",
     "bytes_per_event",
     "traffic_ms_per_event",
+    "matchings_per_event",
     "hops_per_delivery",
     "latency_mean_ms",
     "latency_p90_ms",
@@ -442,6 +443,8 @@ def _comparison(
         "messages_per_event": event_m / events if events else 0.0,
         "bytes_per_event": event_b / events if events else 0.0,
         "traffic_ms_per_event": (delay_ms / events if delay_ms is not None and events else None),
+        # Not in the message log: the run's summary counted the entries its matches tested.
+        "matchings_per_event": fig.run.summary.get("matchings_per_event"),
         "hops_per_delivery": None if thesis else rec.get("hops_per_delivery"),
         "latency_mean_ms": lat.get("mean"),
         "latency_p90_ms": lat.get("p90"),
@@ -472,7 +475,9 @@ def _comparison(
         return
     for col in COLUMNS:
         a, b = row[col], table.get(col)
-        if (a is None and b is None) or (col == "traffic_ms_per_event" and a is None):
+        if (a is None and b is None) or (
+            col in ("traffic_ms_per_event", "matchings_per_event") and a is None
+        ):
             continue
         if a is None or b is None or not _close(float(a), float(b)):
             fig.mismatches.append(
