@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import trio
 
 from rangecast.cli.options import add_dht_options
 from rangecast.cli.swarm import add_swarm_parser
-from rangecast.dht.errors import LocalProtocolError, RangecastError
+from rangecast.dht.errors import LocalProtocolError, RangecastError, RemoteProtocolError
 from rangecast.dht.substrate import SUBSTRATES
 from rangecast.pubsub.schema import Schema, SchemaRegistry, builtin_schemas
 from rangecast.runtime.identity import (
@@ -242,97 +243,238 @@ def _peer_status(args: argparse.Namespace) -> int:
 
     host, port = _via(args.via)
     token = _token(args)
+    where = f"the peer at {args.via}"
 
-    async def main() -> dict[str, Any]:
+    async def main() -> object:
         async with connect(host, port, token=token) as client:
-            return await client.status()
+            try:
+                return await client.status()
+            except (ValueError, RecursionError) as exc:  # the reply's text is not JSON
+                raise RemoteProtocolError(
+                    f"{where} sent a status that is not JSON: {exc}"
+                ) from None
 
     st = trio.run(main)
+    # Checked for both outputs: what the peer sent is input like any other (exit 2, one line).
+    view = _status_view(st, where)
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
-    print(_format_status(st))
+    print(_render(view, where))
     return 0
 
 
-def _format_status(st: dict[str, Any]) -> str:
-    rt, rej = st["routing_table"], st["rejected"]
+# What the text output reads of a status, with the types it must have (docs/runtime.md lists
+# the fields). Fields a peer of an older version may lack have defaults; others are ignored.
+
+
+class _Routing(msgspec.Struct):
+    entries: int
+    buckets: int | None = None
+    per_bucket: dict[str, int] | None = None
+    rows: int | None = None
+    per_row: list[int] | None = None
+
+
+class _LeafSet(msgspec.Struct):
+    left: list[str] = msgspec.field(default_factory=list)
+    right: list[str] = msgspec.field(default_factory=list)
+
+
+class _Hosted(msgspec.Struct):
+    leaf: bool
+    subscriptions: int = 0
+
+
+class _Rejected(msgspec.Struct):
+    total: int
+    runtime: dict[str, int]
+    dht_malformed: int
+    overlay_malformed: int
+
+
+class _Transport(msgspec.Struct):
+    frames_in: int
+    frames_out: int
+    dropped_out: int
+    connections_open: int = 0
+    refused_connections: int = 0
+
+
+class _Overlay(msgspec.Struct):
+    expired: int = 0
+    retries: int = 0
+
+
+class _Admission(msgspec.Struct):
+    rate_per_s: float | None = None
+
+
+class _Clients(msgspec.Struct):
+    connections: int = 0
+    addresses: int = 0
+    publishes_accepted: int = 0
+    refused: dict[str, int] = msgspec.field(default_factory=dict)
+    lag_s: float = 0.0
+    admission: _Admission = msgspec.field(default_factory=_Admission)
+
+
+class _SecondHand(msgspec.Struct):
+    candidates: int = 0
+    admitted_after_proof: int = 0
+
+
+class _LinkCaps(msgspec.Struct):
+    refused: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class _Untrusted(msgspec.Struct):
+    second_hand: _SecondHand = msgspec.field(default_factory=_SecondHand)
+    links: _LinkCaps = msgspec.field(default_factory=_LinkCaps)
+
+
+class _EndToEnd(msgspec.Struct):
+    confirmed: int
+    losses: int
+    demoted: int
+    quarantined: list[str]
+
+
+class _Healing(msgspec.Struct):
+    remembered: int
+    pings: int
+    healed: int
+
+
+class _Dht(msgspec.Struct):
+    end_to_end: _EndToEnd | None = None
+    healing: _Healing | None = None
+
+
+class _Status(msgspec.Struct):
+    id: str
+    address: str
+    state: str
+    uptime_s: float
+    routing_table: _Routing
+    tree_nodes: list[_Hosted]
+    subscriptions: int
+    rejected: _Rejected
+    transport: _Transport
+    links: int
+    dht_kind: str = "pastry"
+    neighbours: list[str] = msgspec.field(default_factory=list)
+    leaf_set: _LeafSet = msgspec.field(default_factory=_LeafSet)
+    overlay: _Overlay = msgspec.field(default_factory=_Overlay)
+    internal_errors: int = 0
+    save_failures: int = 0
+    pauses: int = 0
+    clients: _Clients | None = None
+    untrusted: _Untrusted | None = None
+    dht: _Dht = msgspec.field(default_factory=_Dht)
+
+
+def _status_view(st: object, where: str = "the peer") -> _Status | None:
+    """``st`` (a peer's status, as its JSON decoded) type-checked, or None for a peer that is
+    still starting (its status says only that); ``RemoteProtocolError``, one line naming
+    ``where`` and what was wrong, for anything else."""
+    if isinstance(st, dict) and st.get("state") == "starting" and "id" not in st:
+        return None
+    try:
+        view = msgspec.convert(st, _Status)
+    except msgspec.ValidationError as exc:
+        raise RemoteProtocolError(f"{where} sent a status this client cannot read: {exc}") from None
+    rt = view.routing_table
+    if not (
+        (rt.per_bucket is not None and rt.buckets is not None)
+        or (rt.rows is not None and rt.per_row is not None)
+    ):
+        raise RemoteProtocolError(
+            f"{where} sent a status this client cannot read: its routing_table has neither "
+            "buckets and per_bucket nor rows and per_row"
+        )
+    return view
+
+
+def _format_status(st: dict[str, Any], where: str = "the peer") -> str:
+    """``peer status``'s text; ``RemoteProtocolError`` (one line) if ``st`` is not a status
+    of the shape it reads (``_status_view``)."""
+    return _render(_status_view(st, where), where)
+
+
+def _render(view: _Status | None, where: str) -> str:
+    if view is None:
+        return f"{where} is starting"
+    rt, rej, tr = view.routing_table, view.rejected, view.transport
     lines = [
-        f"peer      {st['id']}  {st['address']}  ({st['state']}, up {st['uptime_s']:.0f} s, "
-        f"{st.get('dht_kind', 'pastry')})",
+        f"peer      {view.id}  {view.address}  ({view.state}, up {view.uptime_s:.0f} s, "
+        f"{view.dht_kind})",
     ]
-    if "per_bucket" in rt:
-        lines.append(f"siblings  {len(st['neighbours'])} closest by XOR")
-        lines.extend(f"          {p}" for p in st["neighbours"])
+    if rt.per_bucket is not None:
+        lines.append(f"siblings  {len(view.neighbours)} closest by XOR")
+        lines.extend(f"          {p}" for p in view.neighbours)
         lines.append(
-            f"routing   {rt['entries']} contacts in {rt['buckets']} k-buckets "
-            f"(by shared prefix: {rt['per_bucket']})"
+            f"routing   {rt.entries} contacts in {rt.buckets} k-buckets "
+            f"(by shared prefix: {rt.per_bucket})"
         )
     else:
-        lines.append(
-            f"leaf set  {len(st['leaf_set']['left'])} left, {len(st['leaf_set']['right'])} right"
-        )
-        for side in ("left", "right"):
-            for p in st["leaf_set"][side]:
+        lines.append(f"leaf set  {len(view.leaf_set.left)} left, {len(view.leaf_set.right)} right")
+        for side, peers in (("left", view.leaf_set.left), ("right", view.leaf_set.right)):
+            for p in peers:
                 lines.append(f"          {side:<5} {p}")
-        lines.append(
-            f"routing   {rt['entries']} entries in {rt['rows']} rows (per row: {rt['per_row']})"
-        )
-    leaves = [t for t in st["tree_nodes"] if t["leaf"]]
+        lines.append(f"routing   {rt.entries} entries in {rt.rows} rows (per row: {rt.per_row})")
+    leaves = [t for t in view.tree_nodes if t.leaf]
     lines.append(
-        f"tree      {len(st['tree_nodes'])} tree nodes hosted ({len(leaves)} leaves, "
-        f"{sum(t.get('subscriptions', 0) for t in leaves)} stored subscriptions, "
-        f"{st.get('overlay', {}).get('expired', 0)} pieces expired unrefreshed)"
+        f"tree      {len(view.tree_nodes)} tree nodes hosted ({len(leaves)} leaves, "
+        f"{sum(t.subscriptions for t in leaves)} stored subscriptions, "
+        f"{view.overlay.expired} pieces expired unrefreshed)"
     )
-    lines.append(f"subs      {st['subscriptions']} subscriptions of this peer's clients")
-    reasons = ", ".join(f"{k}: {v}" for k, v in rej["runtime"].items()) or "none"
+    lines.append(f"subs      {view.subscriptions} subscriptions of this peer's clients")
+    reasons = ", ".join(f"{k}: {v}" for k, v in rej.runtime.items()) or "none"
     lines.append(
-        f"rejected  {rej['total']} inputs (runtime: {reasons}; dht malformed "
-        f"{rej['dht_malformed']}; overlay malformed {rej['overlay_malformed']})"
+        f"rejected  {rej.total} inputs (runtime: {reasons}; dht malformed "
+        f"{rej.dht_malformed}; overlay malformed {rej.overlay_malformed})"
     )
-    tr = st["transport"]
     lines.append(
-        f"transport {tr['frames_in']} frames in, {tr['frames_out']} out, "
-        f"{tr['dropped_out']} dropped on send, {st['links']} open links"
+        f"transport {tr.frames_in} frames in, {tr.frames_out} out, "
+        f"{tr.dropped_out} dropped on send, {view.links} open links"
     )
-    # .get: a peer of an older version does not report these.
+    # Defaults: a peer of an older version does not report these.
     lines.append(
-        f"health    {st.get('internal_errors', 0)} internal errors, "
-        f"{tr.get('connections_open', 0)} incoming connections open, "
-        f"{tr.get('refused_connections', 0)} refused, "
-        f"{st.get('save_failures', 0)} failed state saves, {st.get('pauses', 0)} pauses, "
-        f"{st.get('overlay', {}).get('retries', 0)} install/removal retries"
+        f"health    {view.internal_errors} internal errors, "
+        f"{tr.connections_open} incoming connections open, "
+        f"{tr.refused_connections} refused, "
+        f"{view.save_failures} failed state saves, {view.pauses} pauses, "
+        f"{view.overlay.retries} install/removal retries"
     )
-    cl = st.get("clients")
+    cl = view.clients
     if cl is not None:
-        refused = sum(cl.get("refused", {}).values())
-        adm = cl.get("admission", {})
+        rate = cl.admission.rate_per_s
         lines.append(
-            f"clients   {cl.get('connections', 0)} connections from {cl.get('addresses', 0)} "
-            f"addresses, {cl.get('publishes_accepted', 0)} publishes accepted, {refused} "
-            f"requests refused, loop lag {cl.get('lag_s', 0)} s, admission "
-            f"{adm.get('rate_per_s', '-')}/s"
+            f"clients   {cl.connections} connections from {cl.addresses} "
+            f"addresses, {cl.publishes_accepted} publishes accepted, {sum(cl.refused.values())} "
+            f"requests refused, loop lag {cl.lag_s} s, admission "
+            f"{'-' if rate is None else rate}/s"
         )
-    un = st.get("untrusted")
+    un = view.untrusted
     if un is not None:
-        sh, lk = un.get("second_hand", {}), un.get("links", {})
         lines.append(
-            f"untrusted {sh.get('candidates', 0)} second-hand candidates waiting, "
-            f"{sh.get('admitted_after_proof', 0)} admitted after proof, "
-            f"{sum(lk.get('refused', {}).values())} link refusals"
+            f"untrusted {un.second_hand.candidates} second-hand candidates waiting, "
+            f"{un.second_hand.admitted_after_proof} admitted after proof, "
+            f"{sum(un.links.refused.values())} link refusals"
         )
-    e2e = st.get("dht", {}).get("end_to_end")
-    if e2e:
+    e2e = view.dht.end_to_end
+    if e2e is not None:
         lines.append(
-            f"e2e       {e2e['confirmed']} routed messages confirmed, {e2e['losses']} lost "
-            f"and re-routed, {e2e['demoted']} next hops demoted, "
-            f"{len(e2e['quarantined'])} quarantined now"
+            f"e2e       {e2e.confirmed} routed messages confirmed, {e2e.losses} lost "
+            f"and re-routed, {e2e.demoted} next hops demoted, "
+            f"{len(e2e.quarantined)} quarantined now"
         )
-    heal = st.get("dht", {}).get("healing")
-    if heal:
+    heal = view.dht.healing
+    if heal is not None:
         lines.append(
-            f"healing   {heal['remembered']} peers declared failed asked again now and then, "
-            f"{heal['pings']} asked, {heal['healed']} back"
+            f"healing   {heal.remembered} peers declared failed asked again now and then, "
+            f"{heal.pings} asked, {heal.healed} back"
         )
     return "\n".join(lines)
 

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -57,6 +57,10 @@ from rangecast.runtime.tokens import UNAUTHORIZED_PREFIX
 SUBSCRIPTION_BUFFER = 100_000
 #: How long ``publish`` keeps trying a publish the peer refuses for load, by default.
 BUSY_WAIT_S = 30.0
+
+
+#: The reply type a request expects.
+_R = TypeVar("_R", bound=Message)
 
 
 class RequestError(RangecastError):
@@ -164,7 +168,7 @@ class Client:
         self._hello = waiter
         await self._send(Hello(self.token or ""))
         reply = await self._wait(waiter)
-        assert isinstance(reply, HelloReply)
+        reply = self._expect(reply, HelloReply)
         if reply.error:
             raise _refused(reply.error)
         return reply
@@ -172,7 +176,7 @@ class Client:
     async def subscribe(self, expr: str, schema: str = "thesis") -> ClientSubscription:
         """Install a subscription; returns once every piece is stored and acknowledged."""
         reply = await self._call(lambda req: SubscribeRequest(req, schema, expr))
-        assert isinstance(reply, SubscribeReply)
+        reply = self._expect(reply, SubscribeReply)
         if reply.error:
             raise _refused(reply.error)
         sub = ClientSubscription(self, reply.sid, schema, list(reply.attributes))
@@ -183,7 +187,7 @@ class Client:
 
     async def unsubscribe(self, sid: int) -> None:
         reply = await self._call(lambda req: UnsubscribeRequest(req, sid))
-        assert isinstance(reply, Done)
+        reply = self._expect(reply, Done)
         if reply.error:
             raise _refused(reply.error)
         sub = self._subs.pop(sid, None)
@@ -210,7 +214,7 @@ class Client:
         give_up = trio.current_time() + busy_wait_s
         while True:
             reply = await self._call(lambda req: PublishRequest(req, schema, clean))
-            assert isinstance(reply, PublishReply)
+            reply = self._expect(reply, PublishReply)
             if not (reply.error and reply.retry_after_ms):
                 break
             wait = reply.retry_after_ms / 1000.0
@@ -225,7 +229,7 @@ class Client:
         reply = await self._call(lambda req: StatusRequest(req))
         if isinstance(reply, Done):  # refused (a client token)
             raise _refused(reply.error)
-        assert isinstance(reply, StatusReply)
+        reply = self._expect(reply, StatusReply)
         data: dict[str, Any] = json.loads(reply.json)
         return data
 
@@ -238,7 +242,7 @@ class Client:
             reply = await self._call(partial(TreeRequest, page=len(pages)))
             if isinstance(reply, Done):  # refused (a client token)
                 raise _refused(reply.error)
-            assert isinstance(reply, TreeReply)
+            reply = self._expect(reply, TreeReply)
             if reply.error:
                 raise RequestError(reply.error)
             pages.append(reply)
@@ -246,6 +250,15 @@ class Client:
                 return pages
 
     # ------------------------------------------------------------------------------ plumbing
+
+    def _expect(self, reply: Message | None, kind: type[_R]) -> _R:
+        """``reply`` as the answer we asked for: a peer answering with another message is
+        a one-line ``RequestError`` naming it, never an assertion."""
+        if not isinstance(reply, kind):
+            raise RequestError(
+                f"{self.where} answered with a {type(reply).__name__}, not a {kind.__name__}"
+            )
+        return reply
 
     async def _call(self, make: Any) -> Message:
         self._req = (self._req + 1) & 0xFFFFFFFF

@@ -282,7 +282,22 @@ class Gate:
 
     ``wire``: the peer's ``wire_codec``. A body is decoded with it, so that an envelope inside
     an envelope is named for what it is; a core message is one of the cores' tables (any of the
-    codec's but the runtime's)."""
+    codec's but the runtime's).
+
+    ``not_before``: this peer's own boot epoch (µs; ``StateDir.next_epoch``, strictly larger
+    than every earlier boot's). The replay window lives in memory, so a restart forgets what
+    the previous boot accepted, and an envelope captured then would pass again. An envelope
+    carries its sender's boot epoch, and every envelope a sender seals comes after its boot:
+    one whose sender's epoch is not below ours was sealed during this boot, so the window has
+    seen it if it came before; one whose sender booted before we did may have been accepted by
+    an earlier boot of ours, and is refused (``sealed before this boot``). The cost falls only
+    on envelopes, which the runtime's own peers no longer send (their links are sessions, whose
+    keys come from fresh ephemeral keys on both sides, so nothing recorded before a restart
+    opens one after it); a sender that wants its envelopes read after our restart restarts
+    too. Sound as far as the clocks agree: a sender whose clock runs ahead of ours by d gets
+    the envelopes it sealed in the last d before our restart accepted once more
+    (docs/runtime.md, "Threat model"). 0: no floor (unit tests, and a gate not bound to a
+    boot)."""
 
     __slots__ = (
         "_buckets",
@@ -292,6 +307,7 @@ class Gate:
         "burst",
         "core_types",
         "id_difficulty",
+        "not_before",
         "rate",
         "rejections",
         "replay",
@@ -307,8 +323,11 @@ class Gate:
         rate_per_s: float = 20_000.0,
         burst: float = 40_000.0,
         id_difficulty: int = 0,
+        not_before: int = 0,
     ):
         self.addr = addr
+        #: Envelopes whose sender booted before this epoch are refused (see the class).
+        self.not_before = not_before
         #: The id puzzle's difficulty this peer asks of every sender (``PeerConfig``'s).
         self.id_difficulty = id_difficulty
         self.rejections = rejections
@@ -340,6 +359,9 @@ class Gate:
         # One hash, before the signature: a key below the puzzle costs us nearly nothing.
         if not meets_puzzle(src.node_id, self.id_difficulty):
             rej.add(ID_PUZZLE)
+            return None
+        if env.epoch < self.not_before:
+            rej.add("sealed before this boot")
             return None
         if not self._verify(env):
             rej.add("bad signature")

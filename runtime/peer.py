@@ -452,6 +452,8 @@ class PeerRuntime:
             rate_per_s=self.cfg.rate_per_s,
             burst=self.cfg.burst,
             id_difficulty=self.cfg.id_difficulty,
+            # Envelopes sealed before this boot may have been accepted by an earlier one.
+            not_before=self.epoch,
         )
         self._started = trio.current_time()
         try:
@@ -1320,6 +1322,7 @@ class PeerRuntime:
                     "stored": len(self.kademlia.storage.data),
                     "refused_values": self.kademlia.storage.refused,
                     "malformed": self.kademlia.malformed,
+                    **self.kademlia.counters(),
                 }
                 if self.kademlia is not None
                 else None

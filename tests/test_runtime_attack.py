@@ -5,6 +5,7 @@ the oracle expects, and count every refusal."""
 from __future__ import annotations
 
 import random
+import time
 
 import trio
 from runtime_harness import oracle_round
@@ -53,12 +54,15 @@ def _attack_frames(target: bytes, rng: random.Random) -> tuple[list[bytes], list
     the valid frames themselves, sent (and accepted) once before the attack replays them."""
     mallory = Identity.generate()
     m_addr = PeerAddress(mallory.node_id, "127.0.0.1", 9).to_bytes()
-    sealer = Sealer(mallory, m_addr, 1, WIRE)
+    # Mallory's boot epoch is now (µs), as a peer's is: a peer refuses envelopes whose
+    # sender booted before it did (they may have been accepted by its previous boot).
+    epoch = time.time_ns() // 1000
+    sealer = Sealer(mallory, m_addr, epoch, WIRE)
     valid = [sealer.seal(target, CORE.encode(HopAck(rng.getrandbits(63)))) for _ in range(64)]
     victim = Identity.generate()
     v_addr = PeerAddress(victim.node_id, "127.0.0.1", 10).to_bytes()
     # Signed by Mallory but claiming the victim's address (whose id is the victim's).
-    impostor = Sealer(mallory, v_addr, 1, WIRE)
+    impostor = Sealer(mallory, v_addr, epoch, WIRE)
     # Signed by Mallory, from her own address, but the Ping names the victim as its sender.
     ping_as_victim = CORE.encode(Ping(Handle(victim.node_id, v_addr)))
     out: list[bytes] = []

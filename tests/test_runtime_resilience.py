@@ -190,7 +190,9 @@ def test_a_ping_naming_an_address_that_accepts_and_closes_kills_no_peer(swarm_fa
                 mallory = Identity.generate(DEFAULT_ID_DIFFICULTY)
                 m_addr = PeerAddress(mallory.node_id, "127.0.0.1", swarm.spare[i % 2]).to_bytes()
                 ping = CORE.encode(Ping(Handle(mallory.node_id, m_addr)))
-                sealed = Sealer(mallory, m_addr, 1, WIRE).seal(swarm.address(i), ping)
+                # Its boot epoch is now: the peers refuse envelopes sealed before their boot.
+                epoch = time.time_ns() // 1000
+                sealed = Sealer(mallory, m_addr, epoch, WIRE).seal(swarm.address(i), ping)
                 async with await trio.open_tcp_stream("127.0.0.1", swarm.ports[i]) as s:
                     await s.send_all(frame(sealed))
             failures: list[int] = []

@@ -41,7 +41,8 @@ KEYS = {
     "dht_totals duplicates events events_from expected_deliveries false_positives installed "
     "install_bytes_per_sub_per_node install_bytes_per_sub_per_node_mean install_latency_ms "
     "install_latency_rtt install_phase_bytes install_phase_messages latency_model lb lookup "
-    "matchings_per_event mean_rtt_ms messages_by_type messages_per_event messages_per_subscription missed nodes "
+    "matchings_per_event mean_rtt_ms messages_by_type messages_per_event "
+    "messages_per_subscription missed nodes "
     "overlay partial probe probe_bytes_per_event_per_node publish_bytes_per_event_per_node "
     "root_cache schema seed sim_messages sim_messages_per_s sim_time_s subscriptions "
     "thesis_comparison traffic_ms_per_event tree wall_phases_s wall_s",
