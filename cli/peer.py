@@ -25,6 +25,7 @@ from rangecast.runtime.identity import (
     DEFAULT_ID_DIFFICULTY,
     Identity,
     StateDir,
+    SwarmKey,
     check_difficulty,
     parse_endpoint,
 )
@@ -79,8 +80,10 @@ def _peer_start(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     schemas, _ = _schemas(args.schema)
-    # A bad token file fails here, before a key is ground or a state directory written.
+    # A bad token or swarm key file fails here, before a key is ground or a state directory
+    # written.
     tokens = load_tokens(Path(args.client_tokens)) if args.client_tokens else None
+    swarm_key = SwarmKey.load(Path(args.swarm_key)) if args.swarm_key else None
     if args.alone and args.join:
         raise LocalProtocolError("--alone starts a new swarm; it cannot go with --join")
     if args.root_cache < 0:
@@ -149,6 +152,7 @@ def _peer_start(args: argparse.Namespace) -> int:
         alone_if_unreachable=args.alone_if_unreachable,
         id_difficulty=args.id_difficulty,
         client_tokens=tokens,
+        swarm_key=swarm_key,
     )
     peer = PeerRuntime(identity, schemas, config, state=state, epoch=epoch)
 
@@ -655,6 +659,12 @@ def add_runtime_parsers(top: Any) -> None:
         metavar="FILE",
         help="require clients to present one of the tokens in FILE (one a line; default: no "
         "tokens, any client is served)",
+    )
+    start.add_argument(
+        "--swarm-key",
+        metavar="FILE",
+        help="peer admission: link only to peers that prove the swarm key in FILE (64 hex "
+        "digits; every peer of the swarm needs it; default: none, any peer may join)",
     )
     start.set_defaults(func=_peer_start)
 

@@ -12,10 +12,20 @@ from typing import Any
 from rangecast.cli.options import add_dht_options
 from rangecast.cli.swarm_check import add_check_parser
 from rangecast.runtime import swarm
+from rangecast.runtime.identity import SWARM_KEY_FILE
 from rangecast.runtime.swarm import SwarmSpec
+
+#: ``--swarm-key`` without FILE: the swarm directory's own key, made on first use.
+_DIR_KEY = object()
 
 
 def _up(args: argparse.Namespace) -> int:
+    own_key = args.swarm_key is _DIR_KEY
+    key: Path | None = None
+    if own_key:
+        key = Path(args.dir) / SWARM_KEY_FILE
+    elif args.swarm_key is not None:
+        key = Path(args.swarm_key)
     return swarm.up(
         SwarmSpec(
             n=args.n,
@@ -30,6 +40,8 @@ def _up(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             quiet=args.quiet,
             client_tokens=Path(args.client_tokens) if args.client_tokens else None,
+            swarm_key=key,
+            create_swarm_key=own_key,
         )
     )
 
@@ -70,6 +82,11 @@ def add_swarm_parser(top: Any) -> None:
     up.add_argument("--quiet", action="store_true", help="no progress on stderr")
     tokens_help = "every peer requires client tokens from FILE (one a line; default: none)"
     up.add_argument("--client-tokens", metavar="FILE", help=tokens_help)
+    key_help = (
+        "peer admission: every peer links only to peers proving the swarm key in FILE; "
+        f"without FILE, DIR/{SWARM_KEY_FILE} (made, mode 0600, if missing; default: no key)"
+    )
+    up.add_argument("--swarm-key", metavar="FILE", nargs="?", const=_DIR_KEY, help=key_help)
     up.set_defaults(func=_up)
     st = acts.add_parser("status", help="each peer's process and overlay state")
     st.add_argument("--dir", required=True)

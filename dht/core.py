@@ -36,6 +36,7 @@ from rangecast.dht.messages import (
     RouteWait,
 )
 from rangecast.dht.routing import Peer
+from rangecast.dht.suspicion import Suspects
 from rangecast.dht.timers import TimerHeap
 from rangecast.dht.wire import Codec, Handle, Message
 
@@ -103,10 +104,16 @@ class NodeStats(DropStats):
     e2e_retries: int = 0
     demoted: int = 0
     quarantine_refused: int = 0
+    #: ``RouteDone``-s that came after their deadline, from the hop charged: losses forgiven.
+    e2e_late: int = 0
     #: Healing a split (``dht.healing``): pings to peers declared failed, and such peers heard
     #: from again.
     heal_pings: int = 0
     healed: int = 0
+    #: Suspicion (``dht.suspicion``): peers suspected after a silence, and suspicions their
+    #: own word cleared (the rest end in ``peers_failed``).
+    suspected: int = 0
+    suspicions_cleared: int = 0
 
 
 class Pending:
@@ -142,6 +149,7 @@ class DhtCore:
         "_join_contact",
         "_out",
         "_pending",
+        "_suspects",
         "_timers",
         "app",
         "by_join",
@@ -209,6 +217,8 @@ class DhtCore:
             if getattr(cfg, "e2e_acks", False)
             else None
         )
+        #: Suspicion before declaration (``dht.suspicion``), where the configuration asks.
+        self._suspects: Suspects | None = Suspects() if getattr(cfg, "suspect_s", 0.0) > 0 else None
         #: Next hops excluded while one re-routed message is handled here (``dht.e2e``).
         self._avoiding: frozenset[int] = frozenset()
         #: Peers declared failed, asked again now and then (``dht.healing``); None: off.
@@ -437,7 +447,7 @@ class DhtCore:
         if p is None or p.deadline != deadline:
             return
         del self._pending[uid]
-        self._peer_failed(p.next_hop, now)
+        self._silent(p.next_hop, now)
         track = self._e2e.tracks.get(uid) if self._e2e is not None else None
         if p.reroutes >= self.cfg.max_reroutes:
             self.stats.drop("too many reroutes")
@@ -461,6 +471,29 @@ class DhtCore:
 
     def _peer_failed(self, peer: Peer, now: float) -> None:
         raise NotImplementedError
+
+    def _silent(self, peer: Peer, now: float) -> None:
+        """``peer`` did not answer in time: declared failed, or with ``suspect_s`` suspected
+        and pinged (``dht.suspicion``)."""
+        s = self._suspects
+        if s is None:
+            self._peer_failed(peer, now)
+        elif s.suspect(peer, now):
+            self.stats.suspected += 1
+            self._out.append((peer.addr, Ping(self.me.handle)))
+
+    def _cleared(self, ident: int) -> None:
+        """``ident`` spoke to us itself: a suspicion of it was wrong (``dht.suspicion``)."""
+        s = self._suspects
+        if s is not None and s.clear(ident):
+            self.stats.suspicions_cleared += 1
+
+    def _declare_suspects(self, now: float) -> None:
+        """Declare failed the peers suspected for longer than ``suspect_s``."""
+        s = self._suspects
+        if s is not None and len(s):
+            for p in s.due(now, self.cfg.suspect_s):  # type: ignore[attr-defined]
+                self._peer_failed(p, now)
 
     # ----------------------------------------------- end-to-end acknowledgements (dht.e2e)
 
@@ -514,15 +547,37 @@ class DhtCore:
             return None
         return track
 
+    def _demote(self, hop: Peer, now: float) -> None:
+        e2e = self._e2e
+        assert e2e is not None
+        self.stats.demoted += 1
+        e2e.demote(hop.id, now)
+        log.info("%r: demoted %r: routed messages it acknowledged never arrived", self, hop)
+        self._peer_failed(hop, now)
+
+    def _confirm_demotions(self, now: float) -> None:
+        """Demote the hops whose losses no late answer cleared in ``demote_confirm_s``."""
+        e2e = self._e2e
+        if e2e is not None and e2e.pending:
+            for hop in e2e.due(now):
+                if not e2e.quarantined(hop.id, now):
+                    self._demote(hop, now)
+
     def _on_route_done(self, msg: RouteDone, src: bytes, now: float) -> None:
         track = self._track_from(msg.uid, src)
         if track is None:
+            e2e = self._e2e
+            if e2e is not None and (hop := e2e.late_answer(msg.uid, src)) is not None:
+                # Slow, not lost: the hop forwards what it acknowledges (``dht.e2e``).
+                self.stats.e2e_late += 1
+                self._cleared(hop)
             return
         e2e = self._e2e
         assert e2e is not None and track.next_hop is not None
         del e2e.tracks[msg.uid]
         self.stats.e2e_done += 1
         e2e.delivered(track.next_hop.id)
+        self._cleared(track.next_hop.id)
         if track.upstream is not None:
             self._out.append((track.upstream, RouteDone(msg.uid)))
 
@@ -549,12 +604,14 @@ class DhtCore:
         assert nh is not None
         self._pending.pop(uid, None)  # its hop ack no longer matters
         self.stats.e2e_losses += 1
+        e2e.timed_out(uid, nh)
         # Losses of messages still in flight when it was demoted do not demote it again.
         if e2e.lost(nh.id) and not e2e.quarantined(nh.id, now):
-            self.stats.demoted += 1
-            e2e.demote(nh.id, now)
-            log.info("%r: demoted %r: routed messages it acknowledged never arrived", self, nh)
-            self._peer_failed(nh, now)
+            confirm = self.cfg.demote_confirm_s  # type: ignore[attr-defined]
+            if confirm > 0:
+                e2e.pending.setdefault(nh.id, (nh, now + confirm))
+            else:
+                self._demote(nh, now)
         if track.reroutes >= self.cfg.max_reroutes:
             del e2e.tracks[uid]
             self.stats.drop("end-to-end: too many reroutes")
@@ -613,6 +670,8 @@ class DhtCore:
         p = self._pending.get(msg.uid)
         if p is not None and p.next_hop.addr == src:
             del self._pending[msg.uid]
+            if self._suspects is not None:
+                self._cleared(p.next_hop.id)
 
     def _on_direct(self, msg: Direct, src: bytes, now: float) -> None:
         sender = msg.sender

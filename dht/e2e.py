@@ -31,6 +31,13 @@ A next hop with ``demote_after`` losses and no delivery in between is *demoted*:
 for ``quarantine_s`` so that its own announcements and pings, and second-hand mentions of it,
 do not put it straight back. After the quarantine it must be caught again.
 
+A slow hop is not a dropper: its ``RouteDone`` comes, only late. A node remembers the messages
+whose deadline passed (``late``, the most recent ``LATE_KEPT``), and a ``RouteDone`` that still
+arrives from the hop it was charged to clears that hop's losses (``NodeStats.e2e_late``). With
+``demote_confirm_s`` > 0 a hop reaching ``demote_after`` losses is demoted only after that long
+with no delivery and no late answer from it (``pending``): load alone slows answers but does
+not lose them, so it cannot demote an honest hop. 0 (the simulator's default): at once.
+
 Limits: only routed messages (``Route``) are checked end to end; direct messages (replication,
 notifications) are not, and a dropper that forwards just enough to break every run of
 ``demote_after`` losses is never demoted (its losses are still re-routed, at the cost of a
@@ -41,6 +48,9 @@ from __future__ import annotations
 
 from rangecast.dht.messages import Route
 from rangecast.dht.routing import Peer
+
+#: Timed-out messages remembered for a late ``RouteDone`` (the oldest forgotten first).
+LATE_KEPT = 4096
 
 
 class Track:
@@ -80,7 +90,15 @@ class EndToEnd:
     """A node's end-to-end bookkeeping: the messages in flight, the losses charged to each
     next hop since its last delivery, and the quarantined ids."""
 
-    __slots__ = ("demote_after", "losses", "quarantine", "quarantine_s", "tracks")
+    __slots__ = (
+        "demote_after",
+        "late",
+        "losses",
+        "pending",
+        "quarantine",
+        "quarantine_s",
+        "tracks",
+    )
 
     def __init__(self, demote_after: int, quarantine_s: float) -> None:
         self.demote_after = demote_after
@@ -90,6 +108,34 @@ class EndToEnd:
         self.losses: dict[int, int] = {}
         #: Demoted id -> end of its quarantine.
         self.quarantine: dict[int, float] = {}
+        #: uid of a message whose deadline passed -> (the hop charged, its address).
+        self.late: dict[int, tuple[int, bytes]] = {}
+        #: Hop id -> (the hop, when it is demoted unless it answers first).
+        self.pending: dict[int, tuple[Peer, float]] = {}
+
+    def timed_out(self, uid: int, hop: Peer) -> None:
+        """``uid``'s deadline passed at ``hop``: a late ``RouteDone`` may still clear it."""
+        late = self.late
+        late[uid] = (hop.id, hop.addr)
+        if len(late) > LATE_KEPT:
+            del late[next(iter(late))]
+
+    def late_answer(self, uid: int, src: bytes) -> int | None:
+        """A ``RouteDone`` for a timed-out ``uid`` from the hop charged with it: that hop's id
+        (its losses cleared), else None."""
+        entry = self.late.get(uid)
+        if entry is None or entry[1] != src:
+            return None
+        del self.late[uid]
+        self.delivered(entry[0])
+        return entry[0]
+
+    def due(self, now: float) -> list[Peer]:
+        """The pending demotions whose time came: taken out, to be demoted."""
+        out = [p for p, t in self.pending.values() if t <= now]
+        for p in out:
+            del self.pending[p.id]
+        return out
 
     def lost(self, ident: int) -> bool:
         """Charge a loss to ``ident``; whether it is now to be demoted."""
@@ -102,6 +148,7 @@ class EndToEnd:
 
     def delivered(self, ident: int) -> None:
         self.losses.pop(ident, None)
+        self.pending.pop(ident, None)
 
     def demote(self, ident: int, now: float) -> None:
         self.quarantine[ident] = now + self.quarantine_s

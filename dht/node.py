@@ -111,6 +111,15 @@ class PastryConfig:
     heal_s: float = math.inf
     heal_peers: int = HEAL_PEERS
     heal_keep_s: float = HEAL_KEEP_S
+    #: Suspicion before declaration (``dht.suspicion``): a peer silent past its hop ack's
+    #: deadline or ``fail_after_s`` is suspected (routed around, pinged) and declared failed
+    #: only after this long without a word from it. 0: declared at once (the simulator's
+    #: default: its figures predate it); real peers turn it on.
+    suspect_s: float = 0.0
+    #: A next hop reaching ``demote_after`` losses is demoted only if no late ``RouteDone``
+    #: from it (and no delivery) comes within this long (``dht.e2e``): a slow hop answers
+    #: late, a dropper never. 0: at once (the simulator's default).
+    demote_confirm_s: float = 0.0
 
     def __post_init__(self) -> None:
         check_heal_config(self.heal_s, self.heal_peers, self.heal_keep_s)
@@ -126,6 +135,8 @@ class PastryConfig:
             raise LocalProtocolError("need e2e_hops >= 1, demote_after >= 1, quarantine_s >= 0")
         if not self.e2e_rtt_s >= 0:
             raise LocalProtocolError("e2e_rtt_s must be >= 0")
+        if not 0 <= self.suspect_s < math.inf or not 0 <= self.demote_confirm_s < math.inf:
+            raise LocalProtocolError("suspect_s and demote_confirm_s must be >= 0 and finite")
 
 
 _T_KEEPALIVE, _T_JOIN = 1, 2
@@ -216,8 +227,9 @@ class PastryNode(DhtCore):
         """Where this node would send a message for ``key`` (None: it is the root itself).
         Multicast groups target keys by this decision. While a re-routed message is handled
         (``dht.e2e``), the next hops that lost it are left out."""
-        if self._avoiding:
-            return self._next_hop_avoiding(key, self._avoiding)
+        avoid = self._avoid()
+        if avoid:
+            return self._next_hop_avoiding(key, avoid)
         return self._next_hop(key, -1)
 
     def replica_set(self, key: int, k: int) -> list[Peer]:
@@ -227,8 +239,9 @@ class PastryNode(DhtCore):
         if k < 0:
             raise LocalProtocolError("k must be >= 0")
         cands = [self.me, *self.leaves.members()]
-        if self._avoiding:
-            cands = [p for p in cands if p.id not in self._avoiding]
+        avoid = self._avoid()
+        if avoid:
+            cands = [p for p in cands if p.id not in avoid]
         space = self.space
         cands.sort(key=lambda p: (space.distance(p.id, key), p.id))
         return cands[:k] if self.locality is None else spread(cands, k, self.locality)
@@ -313,12 +326,17 @@ class PastryNode(DhtCore):
                 return p
         return None
 
+    def _avoid(self) -> frozenset[int]:
+        """The peers routing leaves out now: the next hops that lost the message being
+        re-routed (``dht.e2e``) and the suspects (``dht.suspicion``)."""
+        s = self._suspects
+        if s is None or not s.ids:
+            return self._avoiding
+        return self._avoiding | s.ids if self._avoiding else s.ids
+
     def _advance(self, msg: Route, key: int, now: float, reroutes: int) -> None:
-        nh = (
-            self._next_hop_avoiding(key, self._avoiding)
-            if self._avoiding
-            else self._next_hop(key, -1)
-        )
+        avoid = self._avoiding if self._suspects is None else self._avoid()
+        nh = self._next_hop_avoiding(key, avoid) if avoid else self._next_hop(key, -1)
         if nh is None:
             self.stats.delivered += 1
             origin = Peer.from_handle(self.space, msg.origin)
@@ -427,7 +445,9 @@ class PastryNode(DhtCore):
             if t is None:
                 heard[p.id] = now
             elif now - t > fail_after:
-                self._peer_failed(p, now)
+                self._silent(p, now)
+        self._declare_suspects(now)
+        self._confirm_demotions(now)
         ping = Ping(self.me.handle)
         members = self.leaves.members()
         for p in members:
@@ -500,6 +520,8 @@ class PastryNode(DhtCore):
         if self._quarantined(ident, now):
             return  # demoted (``dht.e2e``): not even its own word brings it back yet
         if direct:
+            if self._suspects is not None:
+                self._cleared(ident)
             self._dead.pop(ident, None)
             if self._graveyard is not None and self._revived(ident) and self.state is State.READY:
                 # Back from the other side of a split: learn its neighbours, some of which
@@ -537,6 +559,8 @@ class PastryNode(DhtCore):
 
     def _peer_failed(self, peer: Peer, now: float) -> None:
         ident = peer.id
+        if self._suspects is not None:
+            self._suspects.forget(ident)
         self._dead[ident] = now + self.cfg.dead_ttl_s
         self._last_heard.pop(ident, None)
         self._announced.discard(ident)

@@ -35,7 +35,7 @@ from rangecast.dht.core import DhtCore, DropStats
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 from rangecast.dht.routing import Peer
 from rangecast.dht.timers import TimerHeap
-from rangecast.dht.wire import Codec, Handle, Message
+from rangecast.dht.wire import MAX_FRAME_BYTES, Codec, Handle, Message
 from rangecast.pubsub.events import AppEvent
 from rangecast.pubsub.messages import Event, ProbePub, ProbeSub, ProbeTarget, Ref, StoredSub
 from rangecast.pubsub.schema import Schema, SchemaRegistry
@@ -104,6 +104,15 @@ class OverlayConfig:
     #: needs the refresh on and at least twice ``refresh_s`` (a late refresh must not lose
     #: its piece).
     expire_after_s: float = math.inf
+    #: A leaf refuses a new piece (``InstallAck`` not stored; ``OverlayStats.refused``) once its
+    #: pieces would encode past this many bytes (``tree.piece_bytes``, an upper bound): a leaf
+    #: that cannot split (pieces at one point) must still fit its replicas' ``ReplicaPut`` and
+    #: a split's ``TransferSub`` in one frame. Half a frame leaves room for the events it
+    #: remembers and the envelope.
+    max_leaf_bytes: int = MAX_FRAME_BYTES // 2
+    #: The part of ``max_leaf_bytes`` one subscriber (a peer, for all its clients) may hold in
+    #: one leaf: a peer cannot fill a leaf that cannot split and lock everyone else out of it.
+    max_leaf_share: float = 0.25
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_probe_level <= MAX_DEPTH:
@@ -114,6 +123,12 @@ class OverlayConfig:
             raise LocalProtocolError("p must be a probability")
         if not 1 <= self.max_depth <= MAX_DEPTH:
             raise LocalProtocolError(f"max_depth must be in [1, {MAX_DEPTH}]")
+        if not 4096 <= self.max_leaf_bytes <= MAX_FRAME_BYTES // 2:
+            raise LocalProtocolError(
+                f"max_leaf_bytes must be in [4096, {MAX_FRAME_BYTES // 2}] (half a frame)"
+            )
+        if not 0.0 < self.max_leaf_share <= 1.0:
+            raise LocalProtocolError("max_leaf_share must be in (0, 1]")
         if not 0.0 <= self.widen < 0.01:
             raise LocalProtocolError("widen must be in [0, 0.01)")
         if self.load_balancing and not 4 * self.widen < self.cutoff <= 1.0:
@@ -152,6 +167,10 @@ class OverlayStats(DropStats):
     #: Notifications for a (subscription, event) already notified, dropped at the subscriber.
     repeated_deliveries: int = 0
     matched: int = 0
+    #: Pieces a leaf refused: its pieces would no longer fit one frame (``max_leaf_bytes``), or
+    #: their subscriber would hold more than its share of it (``max_leaf_share``).
+    refused: int = 0
+    refused_share: int = 0
     #: Stored pieces a leaf holds each time it matches an event: the entries its match tests
     #: (the comparison's matchings, like a broker's PRT entries scanned per publication).
     scanned: int = 0

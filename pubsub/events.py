@@ -19,6 +19,15 @@ class SubscriptionInstalled(msgspec.Struct, frozen=True, gc=False):
     now: float
 
 
+class SubscriptionRefused(msgspec.Struct, frozen=True, gc=False):
+    """Subscription ``sid`` could not be installed (``reason``); its pieces are being removed
+    and a ``SubscriptionRemoved`` follows."""
+
+    sid: int
+    reason: str
+    now: float
+
+
 class SubscriptionRemoved(msgspec.Struct, frozen=True, gc=False):
     sid: int
     now: float
@@ -44,12 +53,15 @@ class PieceStored(msgspec.Struct, frozen=True, gc=False):
     now: float
 
 
-AppEvent = SubscriptionInstalled | SubscriptionRemoved | EventDelivered | PieceStored
+AppEvent = (
+    SubscriptionInstalled | SubscriptionRefused | SubscriptionRemoved | EventDelivered | PieceStored
+)
 
 __all__ = [
     "AppEvent",
     "EventDelivered",
     "PieceStored",
     "SubscriptionInstalled",
+    "SubscriptionRefused",
     "SubscriptionRemoved",
 ]

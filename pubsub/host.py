@@ -55,7 +55,7 @@ from rangecast.pubsub.messages import (
     TransferSub,
 )
 from rangecast.pubsub.space import AttributeSpace, TreeId
-from rangecast.pubsub.tree import TreeNode
+from rangecast.pubsub.tree import TreeNode, piece_bytes
 
 log = logging.getLogger("rangecast.pubsub")
 
@@ -86,6 +86,21 @@ class TreeHost(NodeBase):
         owner = Peer.from_handle(self.dht.space, sub.subscriber)
         key = (msg.target.schema, tid)
         if msg.op == OP_INSERT:
+            if node.index.get(sub.subscriber.id, sub.sid, sub.gen, sub.piece) is None:
+                idx, cfg, pb = node.index, self.cfg, piece_bytes(sub)
+                full = idx.bytes + pb > cfg.max_leaf_bytes
+                mine = idx.bytes_of.get(sub.subscriber.id, 0) + pb
+                if full or mine > cfg.max_leaf_share * cfg.max_leaf_bytes:
+                    # Its replicas' ReplicaPut would no longer fit a frame, or one subscriber
+                    # would crowd the others out: refuse, and say so to the subscriber (an
+                    # InstallAck of an insert not stored).
+                    if full:
+                        self.stats.refused += 1
+                    else:
+                        self.stats.refused_share += 1
+                    ack = InstallAck(OP_INSERT, sub.sid, sub.gen, sub.piece, False)
+                    self._send(owner, ack, now)
+                    return
             if node.index.add(sub):
                 self._replicate_op(key, OP_INSERT, sub, now)
             self._touch(key, sub, now)  # installed, or refreshed by its subscriber

@@ -86,7 +86,8 @@ class ProbeSub(Message, tag=64, frozen=True):
 
 
 class InstallAck(Message, tag=65, frozen=True):
-    """To the subscriber: a piece was stored (op insert) or removed (op remove)."""
+    """To the subscriber: a piece was stored (op insert) or removed (op remove); ``found``
+    false on an insert: the leaf refused it (full, ``OverlayConfig.max_leaf_bytes``)."""
 
     op: U8
     sid: U32

@@ -68,6 +68,7 @@ from rangecast.pubsub.events import (
     EventDelivered,
     PieceStored,
     SubscriptionInstalled,
+    SubscriptionRefused,
     SubscriptionRemoved,
 )
 from rangecast.pubsub.expiry import Expiry, ExpiryQueue
@@ -249,5 +250,6 @@ __all__ = [
     "PieceStored",
     "PubSubNode",
     "SubscriptionInstalled",
+    "SubscriptionRefused",
     "SubscriptionRemoved",
 ]

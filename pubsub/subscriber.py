@@ -14,7 +14,9 @@ every piece is acknowledged (``SubscriptionInstalled``), *active*, then *removin
 piece's removal is acknowledged (``SubscriptionRemoved``). ``modify`` is a removal followed by
 an install of the new ranges under the same sid and the next generation, so that pieces of the
 old and the new version are told apart. A change asked for while installing waits for the
-install to finish (``pending``).
+install to finish (``pending``). A leaf that is full (``OverlayConfig.max_leaf_bytes``) acks an
+insert it did not store: the whole subscription is then refused (``SubscriptionRefused``) and
+removed, since a subscription short of a piece would miss the events that piece stands for.
 
 Soft state: where the DHT detects failures, every ``refresh_s`` the subscriber probes every
 piece of its active subscriptions again (a leaf that lost it with its whole replica set stores it
@@ -35,7 +37,12 @@ from typing import Any
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.wire import Handle
 from rangecast.pubsub.base import T_REFRESH, NodeBase
-from rangecast.pubsub.events import EventDelivered, SubscriptionInstalled, SubscriptionRemoved
+from rangecast.pubsub.events import (
+    EventDelivered,
+    SubscriptionInstalled,
+    SubscriptionRefused,
+    SubscriptionRemoved,
+)
 from rangecast.pubsub.messages import (
     OP_INSERT,
     OP_REMOVE,
@@ -205,6 +212,14 @@ class Subscriber(NodeBase):
         rec = self._subs.get(msg.sid)
         if rec is None or rec.gen != msg.gen or msg.piece >= len(rec.pieces):
             return  # about an older generation, or not ours any more
+        if msg.op == OP_INSERT and not msg.found and rec.state in ("installing", "active"):
+            # A leaf refused the piece (full: ``max_leaf_bytes``). A subscription short of a
+            # piece would miss events, so it is given up whole: the application hears why,
+            # and the pieces stored elsewhere are removed.
+            self._events.append(SubscriptionRefused(msg.sid, "a tree leaf is full", now))
+            rec.pending = None
+            self._remove(msg.sid, rec, now)
+            return
         want = "installing" if msg.op == OP_INSERT else "removing"
         if rec.state != want:
             return

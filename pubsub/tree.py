@@ -64,12 +64,16 @@ class LeafIndex:
     scan (``linear_match``) finds them in. Pieces of a load-balanced subscription (``pieces >
     1``) are checked one by one with ``stored_matches``."""
 
-    __slots__ = ("_by_owner", "_entries", "_masks")
+    __slots__ = ("_by_owner", "_entries", "_masks", "bytes", "bytes_of")
 
     def __init__(self, entries: Iterable[StoredSub] = ()) -> None:
         self._entries: SortedKeyList = SortedKeyList(key=_point_x)
         self._by_owner: dict[tuple[bytes, int, int, int], StoredSub] = {}
         self._masks: _Masks | None = None
+        #: ``piece_bytes`` of the entries, summed: what they weigh on the wire at most; and per
+        #: subscriber (its id), for the share one subscriber may hold.
+        self.bytes = 0
+        self.bytes_of: dict[bytes, int] = {}
         for s in entries:
             self.add(s)
 
@@ -87,6 +91,10 @@ class LeafIndex:
         self._by_owner[key] = s
         self._entries.add(s)  # after any equal x: insertion order among ties
         self._masks = None
+        b = piece_bytes(s)
+        self.bytes += b
+        who = s.subscriber.id
+        self.bytes_of[who] = self.bytes_of.get(who, 0) + b
         return True
 
     def get(self, subscriber: bytes, sid: int, gen: int, piece: int) -> StoredSub | None:
@@ -102,6 +110,13 @@ class LeafIndex:
             pos += 1
         del entries[pos]
         self._masks = None
+        b = piece_bytes(s)
+        self.bytes -= b
+        left = self.bytes_of[subscriber] - b
+        if left:
+            self.bytes_of[subscriber] = left
+        else:
+            del self.bytes_of[subscriber]
         return True
 
     def candidates(self, value: float | None, cutoff: float | None) -> Iterator[StoredSub]:
@@ -138,6 +153,13 @@ class LeafIndex:
             if stored_matches(s, values, strict):
                 out.append(s)
         return out
+
+
+def piece_bytes(s: StoredSub) -> int:
+    """An upper bound on a stored piece's MessagePack size: 80 bytes of fixed fields and
+    headers (ints and floats at their widest), the subscriber's id and address, and 21 per
+    predicate (an index, two float64 bounds, the flags)."""
+    return 80 + len(s.subscriber.id) + len(s.subscriber.addr) + 21 * len(s.preds)
 
 
 def _point_x(s: StoredSub) -> float:

@@ -16,19 +16,24 @@ followed by the port and the IP address: ``id (20) | port (2) | IPv4 (4) or IPv6
 the id into the address is what lets a receiver check a frame statelessly: the sender's address
 must embed the id of the key that signed it, and a frame must name the recipient's own address,
 so a frame meant for whoever used to listen on a port is refused by whoever listens there now.
+
+A swarm that chooses its peers gives each of them a swarm key (``SwarmKey``, ``--swarm-key
+FILE``): a 32-byte secret every link handshake proves possession of (``runtime/guard.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import ipaddress
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -223,6 +228,79 @@ def _naming(path: Path) -> Iterator[None]:
         yield
     except OSError as exc:
         raise LocalProtocolError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+#: A swarm key's length: 32 random bytes, written in its file as 64 hex digits.
+SWARM_KEY_BYTES = 32
+#: The file ``rangecast swarm up --swarm-key`` (without FILE) creates in the swarm directory.
+SWARM_KEY_FILE = "swarm.key"
+_SWARM_KEY_ID = b"rangecast/swarm-key/fingerprint/1\x00"
+_HEX_KEY = re.compile(rf"[0-9a-fA-F]{{{2 * SWARM_KEY_BYTES}}}")
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmKey:
+    """Peer admission (``PeerConfig.swarm_key``, ``--swarm-key FILE``): a secret shared by the
+    peers of a swarm. Every link handshake proves possession of it both ways (an HMAC-SHA256
+    under the key over the handshake's transcript, ``runtime/guard.py``), so a peer without it
+    cannot link to, let alone join, a keyed swarm. A shared secret, not a per-peer credential:
+    any holder can admit others, and it is changed only by restarting every peer with a new one.
+
+    The file holds one line of 64 hex digits (blank lines and ``#`` comments skipped):
+    ``python -c 'import secrets; print(secrets.token_hex(32))' > swarm.key``, or ``create``.
+    ``repr`` never shows the secret; ``fingerprint`` names it (``peer status``)."""
+
+    secret: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.secret) != SWARM_KEY_BYTES:
+            raise LocalProtocolError(
+                f"a swarm key is {SWARM_KEY_BYTES} bytes, not {len(self.secret)}"
+            )
+
+    @classmethod
+    def generate(cls) -> SwarmKey:
+        return cls(os.urandom(SWARM_KEY_BYTES))
+
+    def mac(self, data: bytes) -> bytes:
+        """HMAC-SHA256 of ``data`` under the key (32 bytes)."""
+        return hmac.digest(self.secret, data, "sha256")
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex digits that tell keys apart (a hash: it says nothing of the secret)."""
+        return hashlib.sha256(_SWARM_KEY_ID + self.secret).hexdigest()[:16]
+
+    @classmethod
+    def load(cls, path: Path) -> SwarmKey:
+        """The key in the file at ``path``; ``LocalProtocolError``, one line naming the file,
+        if it cannot be read or does not hold exactly one well-formed key."""
+        try:
+            text = path.read_text(encoding="ascii")
+        except OSError as exc:
+            raise LocalProtocolError(f"{path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise LocalProtocolError(f"{path}: not a swarm key file (not ASCII text)") from None
+        lines = [t for t in (ln.strip() for ln in text.splitlines()) if t and t[0] != "#"]
+        if len(lines) != 1 or not _HEX_KEY.fullmatch(lines[0]):
+            got = f"{len(lines)} lines" if len(lines) != 1 else f"{len(lines[0])} characters"
+            raise LocalProtocolError(
+                f"{path}: a swarm key file holds one line of {2 * SWARM_KEY_BYTES} hex digits "
+                f"({SWARM_KEY_BYTES} random bytes), not {got}"
+            )
+        return cls(bytes.fromhex(lines[0]))
+
+    @classmethod
+    def create(cls, path: Path) -> SwarmKey:
+        """A new random key written to ``path`` (owner-only, mode 0600; an existing file is
+        never overwritten); ``LocalProtocolError`` naming the file if it cannot be."""
+        key = cls.generate()
+        with _naming(path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="ascii") as f:
+                f.write("# rangecast swarm key: every peer of the swarm needs this file\n")
+                f.write(key.secret.hex() + "\n")
+        return key
 
 
 def verify(public_key: bytes, signature: bytes, data: bytes) -> bool:

@@ -181,6 +181,32 @@ class Batch(Message, tag=143, frozen=True):
     )
 
 
+# ------------------------------------------------------------------- peer admission
+# The handshake of a peer holding a swarm key (``--swarm-key``; ``SwarmKey`` in
+# runtime/identity.py, the checks in runtime/guard.py). Tags 190+: away from the client API's
+# (144 up) and the tree state's (200+). A peer without a key never sends them, so its
+# handshake is the same bytes as before they existed.
+
+#: An HMAC-SHA256 under the swarm key (32 bytes; anything else is a wrong proof).
+Proof = Annotated[bytes, msgspec.Meta(max_length=32)]
+
+
+class KeyedOpen(SessionOpen, tag=190, frozen=True):
+    """A ``SessionOpen`` from a peer holding a swarm key: ``proof`` is HMAC-SHA256 under the
+    key over the signed opening (both node ids and addresses, the initiator's ephemeral key).
+    A peer without a key takes it for a plain opening, and its plain answer tells the opener
+    so."""
+
+    proof: Proof = b""
+
+
+class KeyedAccept(SessionAccept, tag=191, frozen=True):
+    """A keyed responder's ``SessionAccept``: ``proof`` is HMAC-SHA256 under the swarm key over
+    the signed answer (both ephemeral keys, both ids, a hash of the opening)."""
+
+    proof: Proof = b""
+
+
 # ---------------------------------------------------------------------------- tree state
 # ``rangecast swarm check`` reads every peer's part of the distributed 2d-tree
 # (runtime/treestate.py builds it; testkit/live.py checks it). Tags 200+: well away from
@@ -291,6 +317,8 @@ RUNTIME_TABLE = MessageTable(
         SessionAccept,
         Authed,
         Batch,
+        KeyedOpen,
+        KeyedAccept,
         TreeRequest,
         TreeReply,
     ),

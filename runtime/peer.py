@@ -61,6 +61,7 @@ from rangecast.pubsub.node import (
     OverlayConfig,
     PieceStored,
     SubscriptionInstalled,
+    SubscriptionRefused,
     SubscriptionRemoved,
 )
 from rangecast.pubsub.peer import OverlayPeer
@@ -83,11 +84,13 @@ from rangecast.runtime.guard import (
     FrameReader,
     FrameTooLarge,
     Gate,
+    HandshakeRefused,
     IdPuzzleFailed,
     InSession,
     OutSession,
     Rejections,
     SessionInitiator,
+    SwarmKeyRefused,
     TokenBucket,
     frame,
     wire_codec,
@@ -97,6 +100,7 @@ from rangecast.runtime.identity import (
     Identity,
     PeerAddress,
     StateDir,
+    SwarmKey,
     address_group,
     check_difficulty,
     meets_puzzle,
@@ -119,7 +123,16 @@ _OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errn
 #: messages are acknowledged end to end (``dht.e2e``): a peer that acks hops and drops them is
 #: routed around and demoted. Peers declared failed are asked again every ``HEAL_S``
 #: (``dht.healing``), so a swarm split by a network partition merges when the network heals.
-RUNTIME_PASTRY = PastryConfig(ack_floor_s=2.0, ack_rtt_factor=4.0, e2e_acks=True, heal_s=HEAL_S)
+#: Real peers suspect before they declare (``dht.suspicion``) and confirm a demotion
+#: (``dht.e2e``), 30 s each: a peer stalled by load for less is routed around, not failed.
+RUNTIME_PASTRY = PastryConfig(
+    ack_floor_s=2.0,
+    ack_rtt_factor=4.0,
+    e2e_acks=True,
+    heal_s=HEAL_S,
+    suspect_s=30.0,
+    demote_confirm_s=30.0,
+)
 RUNTIME_KADEMLIA = KademliaConfig(ack_floor_s=2.0, ack_rtt_factor=4.0, heal_s=HEAL_S)
 #: Real peers expire stored pieces no live subscriber refreshed for three refresh periods: a
 #: whole entry peer that vanished stops costing the swarm (a disconnected client's
@@ -184,6 +197,9 @@ class PeerConfig:
     trust: TrustConfig = field(default_factory=TrustConfig)
     #: Client tokens the client API requires (``runtime/tokens.py``); None: anyone may use it.
     client_tokens: ClientTokens | None = None
+    #: Peer admission: the swarm key every link handshake must prove, both ways
+    #: (``SwarmKey``, ``runtime/guard.py``); None: off, any peer may link and join.
+    swarm_key: SwarmKey | None = None
 
     def __post_init__(self) -> None:
         if self.dht not in DHTS:
@@ -411,6 +427,11 @@ class PeerRuntime:
         self._started = 0.0
         #: The kademlia package's server (``dht="kademlia"`` with ``kademlia_rpc``).
         self.kademlia: KademliaService | None = None
+        #: The contact a join waits on, and why its link handshake was refused (if it was):
+        #: the join then fails at once, naming the contact (``_join_round``).
+        self._joining: bytes | None = None
+        self._join_refused: str | None = None
+        self._join_wakeup = trio.Event()
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -454,6 +475,7 @@ class PeerRuntime:
             id_difficulty=self.cfg.id_difficulty,
             # Envelopes sealed before this boot may have been accepted by an earlier one.
             not_before=self.epoch,
+            swarm_key=self.cfg.swarm_key,
         )
         self._started = trio.current_time()
         try:
@@ -586,21 +608,28 @@ class PeerRuntime:
                 self._fresh_core()  # the previous contact's join failed: start over
                 dht = self.dht
             log.info("joining through %s", PeerAddress.from_bytes(hello.addr))
+            # A contact that refuses our link handshake (a swarm key we lack, or another) ends
+            # the join at once, named, rather than after the join's timeout.
+            self._joining, self._join_refused = hello.addr, None
+            self._join_wakeup = trio.Event()
             dht.join(hello.addr, trio.current_time())
             self._pump()
-            while True:
-                with trio.move_on_after(1.0):
-                    await self._ready.wait()
-                if dht.state is State.READY:
-                    log.info(
-                        "joined: %d neighbours, %d contacts",
-                        len(dht.neighbours()),
-                        len(dht.known_peers()),
-                    )
-                    return None
-                if dht.state is State.FAILED:
-                    break
-            errors.append(f"{host}:{port}: join timed out")
+            try:
+                while True:
+                    with trio.move_on_after(1.0):
+                        await _first_of(self._ready, self._join_wakeup)
+                    if dht.state is State.READY:
+                        log.info(
+                            "joined: %d neighbours, %d contacts",
+                            len(dht.neighbours()),
+                            len(dht.known_peers()),
+                        )
+                        return None
+                    if self._join_refused is not None or dht.state is State.FAILED:
+                        break
+            finally:
+                self._joining = None
+            errors.append(f"{host}:{port}: {self._join_refused or 'join timed out'}")
         return errors
 
     async def _leave(self) -> None:
@@ -711,6 +740,10 @@ class PeerRuntime:
             owner = self._owners.get(ev.sid)
             if owner is not None:
                 owner.installed(ev.sid)
+        elif isinstance(ev, SubscriptionRefused):
+            owner = self._owners.get(ev.sid)
+            if owner is not None:
+                owner.refused(ev.sid, ev.reason)
         elif isinstance(ev, SubscriptionRemoved):
             owner = self._owners.pop(ev.sid, None)
             if owner is not None:
@@ -935,6 +968,11 @@ class PeerRuntime:
                                 link.addr.to_bytes(), trio.current_time()
                             )
                             log.debug("cannot reach %s: %s", link.addr, exc)
+                            if isinstance(exc, HandshakeRefused) and self._joining == (
+                                link.addr.to_bytes()
+                            ):
+                                self._join_refused = str(exc)
+                                self._join_wakeup.set()
                             if stream is not None:
                                 await _aclose_quietly(stream)
                                 stream = None
@@ -967,9 +1005,17 @@ class PeerRuntime:
 
     async def _handshake(self, link: _Link, stream: trio.SocketStream) -> OutSession:
         """Open an authenticated session on a fresh link (one round trip)."""
-        init = SessionInitiator(self.identity, self.addr, link.addr.to_bytes(), self._wire)
+        key = self.cfg.swarm_key
+        init = SessionInitiator(self.identity, self.addr, link.addr.to_bytes(), self._wire, key)
         await stream.send_all(frame(init.open_frame))
-        raw = await read_frame(stream, FrameReader())
+        try:
+            raw = await read_frame(stream, FrameReader())
+        except trio.BrokenResourceError:
+            # Closed instead of answered: what a keyed peer does with an opening that does not
+            # prove its key (or a peer with an opening it refuses for its rate).
+            hint = "does it hold another --swarm-key?" if key else "does it need --swarm-key?"
+            why = f"closed the connection at our link handshake ({hint})"
+            raise HandshakeRefused(why) from None
         try:
             reply = self._wire.decode(raw)
         except WireError as exc:
@@ -979,6 +1025,10 @@ class PeerRuntime:
         except IdPuzzleFailed:
             self.rejections.add(ID_PUZZLE)
             log.info("refused a link to %s: its key does not solve the id puzzle", link.addr)
+            raise
+        except SwarmKeyRefused as exc:
+            self.rejections.add(exc.reason)
+            log.info("refused a link to %s: it %s", link.addr, exc)
             raise
 
     async def _watch_link(self, link: _Link, stream: trio.SocketStream) -> None:
@@ -1080,7 +1130,7 @@ class PeerRuntime:
                         if type(msg) is Sealed:
                             self._on_sealed(msg)
                             continue
-                        if type(msg) is SessionOpen:
+                        if isinstance(msg, SessionOpen):  # a KeyedOpen too
                             if link is not None or session is not None or self._gate is None:
                                 rej.add("unexpected session opening")
                                 continue
@@ -1093,6 +1143,8 @@ class PeerRuntime:
                                 reply, link = accepted
                                 conn.became_link()
                                 await stream.send_all(frame(reply))
+                            elif self.cfg.swarm_key is not None:
+                                return  # keyed: close, so a refused opener learns it at once
                             continue
                         if link is not None:
                             rej.add("unexpected message")
@@ -1104,6 +1156,8 @@ class PeerRuntime:
                             )
                             session.start(conn_nursery)
                         session.request(msg)
+                        if conn_nursery.cancel_scope.cancel_called:
+                            break  # closed by its session: the rest of the read is moot
                     conn_nursery.cancel_scope.deadline = conn.deadline
                 conn_nursery.cancel_scope.cancel()
             if conn_nursery.cancel_scope.cancelled_caught and conn.deadline <= trio.current_time():
@@ -1359,6 +1413,8 @@ class PeerRuntime:
                 **self.clients.status(self.backlog()),
                 "tokens_required": self.cfg.client_tokens is not None,
             },
+            # Peer admission: the swarm key's fingerprint (null: any peer may link and join).
+            "swarm_key": self.cfg.swarm_key.fingerprint if self.cfg.swarm_key else None,
             "internal_errors": self.internal_errors,
             "pauses": self.pauses,
             "save_failures": self.save_failures,
@@ -1381,6 +1437,10 @@ class PeerRuntime:
                 "recreated": ostats.recreated,
                 "retries": ostats.retries,
                 "expired": ostats.expired,
+                # Pieces a full leaf refused (``OverlayConfig.max_leaf_bytes``), and pieces
+                # refused to a subscriber holding its share of a leaf (``max_leaf_share``).
+                "refused": ostats.refused,
+                "refused_share": ostats.refused_share,
                 "replicas_released": ostats.replicas_released,
                 "replicas_held": len(core.overlay.replicas),
                 # Tree nodes hosted here whose every copy is in one /24 or /48 (dht.locality):
@@ -1412,6 +1472,10 @@ def _e2e_status(dht: DhtNode) -> dict[str, Any] | None:
         "quarantined": sorted(i.to_bytes(dht.space.nbytes).hex() for i in e2e.quarantine),
         "quarantine_refused": st.quarantine_refused,
         "in_flight": len(e2e.tracks),
+        "late": st.e2e_late,
+        "demotions_pending": len(e2e.pending),
+        "suspected": st.suspected,
+        "suspicions_cleared": st.suspicions_cleared,
     }
 
 
@@ -1441,6 +1505,18 @@ class _Unopened(OutSession):
 
 
 _NO_SESSION: OutSession = _Unopened()
+
+
+async def _first_of(*events: trio.Event) -> None:
+    """Return once any of ``events`` is set."""
+    async with trio.open_nursery() as nursery:
+
+        async def wait(event: trio.Event) -> None:
+            await event.wait()
+            nursery.cancel_scope.cancel()
+
+        for event in events:
+            nursery.start_soon(wait, event)
 
 
 def _drain(link: _Link, batch: list[QueueItem], limit: int) -> None:

@@ -10,6 +10,23 @@ much a client that does not read may have queued. A publish is also refused whil
 saturated (its outgoing links hold too many frames, or its event loop lags), so that what it
 accepts is delivered promptly instead of queueing without bound.
 
+Read-only requests (``Hello``, ``StatusRequest``, ``TreeRequest``) change nothing but cost the
+peer work and reply bytes: a status flood starved a victim's event path (one event through it in
+20 s) and a client that never read its tree pages grew one from 114 to 935 MB (issue 29). They
+are weighed in *read-only units*: a status costs one (and one per further 64 KiB of its JSON), a
+tree picture two per page's worth of items (it is built, then encoded; its pages are served
+from it in order, once each, at no further charge), a ``Hello`` one. They are bounded by
+token buckets per connection, per address and per peer (``CostBucket``): one request passes
+whenever its bucket holds a unit, and is charged in full afterwards, since a picture's size is
+only known once it is built. Over the peer's budget a status is answered from the last one
+built (so a flood builds at most the peer's rate of them); over a connection's or address's, or a
+tree picture over the peer's, the request is refused with the wait that helps, and a connection
+refused ``readonly_close_after`` times is closed. The replies' bytes that wait unsent are bounded
+per connection (``readonly_queue_bytes``: beyond it the client is closed) and per peer
+(``peer_readonly_queue_bytes``: beyond it the connections that have waited longest with unread
+replies are closed), and so are the tree pictures held for clients paging through them
+(``tree_pictures_held``: beyond it the least recently used is dropped).
+
 Every refusal is counted by reason (``ClientLedger.refused``, also added to the peer's
 ``Rejections``) and shown in ``peer status`` (its ``clients`` block). The peer's driver
 (``runtime/peer.py``) and the client sessions (``runtime/service.py``) call in; nothing here
@@ -19,8 +36,8 @@ touches a socket, and time is passed in (trio's clock) except in the lag probe.
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Hashable
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import trio
@@ -63,6 +80,26 @@ class Quotas:
     lag_probe_s: float = 0.1
     #: What a refused publish is told to wait before trying again when the peer is saturated.
     busy_retry_s: float = 0.2
+    #: Read-only requests (module docstring), in read-only units per second and burst: per
+    #: connection, per address and per peer. An honest ``peer status`` asks once, ``swarm
+    #: check`` pictures each peer's tree once (two units per 1,000 items, charged once); the
+    #: peer's rate bounds the work (a unit is 0.1-0.7 ms) whatever the number of addresses.
+    readonly_rate_per_s: float = 10.0
+    readonly_burst: float = 20.0
+    address_readonly_rate_per_s: float = 40.0
+    address_readonly_burst: float = 80.0
+    peer_readonly_rate_per_s: float = 100.0
+    peer_readonly_burst: float = 200.0
+    #: Read-only requests refused on one connection before it is closed (a flood).
+    readonly_close_after: int = 200
+    #: Bytes of read-only replies waiting unsent: per connection (beyond it, the client is
+    #: closed; one reply always fits an empty queue) and per peer (beyond it, the connections
+    #: whose unread replies are oldest are closed).
+    readonly_queue_bytes: int = 1 << 20
+    peer_readonly_queue_bytes: int = 16 << 20
+    #: Tree pictures held for clients paging through them; beyond it the least recently
+    #: used is dropped (its client is told to ask for page 0 again).
+    tree_pictures_held: int = 8
     #: Below those bounds, the adaptive publish rate (``runtime/admission.py``).
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
 
@@ -90,6 +127,48 @@ PUBLISH_ADDRESS = "publish rate per address"
 BUSY = "publish refused: peer saturated"
 SLOW_READER = "slow reader closed"
 NOT_OWNED = "unsubscribe of a subscription not on this connection"
+READONLY_RATE = "read-only rate per connection"
+READONLY_ADDRESS = "read-only rate per address"
+READONLY_BUSY = "read-only request refused: peer busy"
+READONLY_FLOOD = "read-only flood closed"
+READONLY_UNREAD = "read-only replies unread: closed"
+
+#: The bytes of reply one read-only unit pays for (about a tree page of ``TREE_PAGE_ITEMS``).
+READONLY_UNIT_BYTES = 64 << 10
+
+
+def readonly_units(reply_bytes: int) -> int:
+    """What a status reply of ``reply_bytes`` costs: one unit per started 64 KiB."""
+    return max(1, -(-reply_bytes // READONLY_UNIT_BYTES))
+
+
+class CostBucket:
+    """A token bucket for requests of different costs: one passes whenever the bucket holds a
+    unit (``ready``), and its cost is then charged in full (``charge``), into debt if need be,
+    which later requests wait out. So one request of any size is always possible from a full
+    bucket (a picture's size is known only once it is built), and the average stays at
+    ``rate``."""
+
+    __slots__ = ("burst", "last", "rate", "tokens")
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.last = now
+
+    def ready(self, now: float) -> bool:
+        self.tokens = min(self.tokens + max(now - self.last, 0.0) * self.rate, self.burst)
+        self.last = now
+        return self.tokens >= 1.0
+
+    def charge(self, cost: float) -> None:
+        self.tokens -= cost
+
+    @property
+    def wait_s(self) -> float:
+        """How long until it holds a unit again."""
+        return max(1.0 - self.tokens, 0.0) / self.rate
 
 
 class Refusal(Exception):
@@ -105,13 +184,14 @@ class Refusal(Exception):
 class _Address:
     """What the connections from one IP address hold together."""
 
-    __slots__ = ("bucket", "connections", "identical", "subscriptions")
+    __slots__ = ("bucket", "connections", "identical", "readonly", "subscriptions")
 
     def __init__(self, q: Quotas, now: float) -> None:
         self.connections = 0
         self.subscriptions = 0
         self.identical: Counter[Hashable] = Counter()
         self.bucket = TokenBucket(q.address_publish_rate_per_s, q.address_publish_burst, now)
+        self.readonly = CostBucket(q.address_readonly_rate_per_s, q.address_readonly_burst, now)
 
 
 class ClientLedger:
@@ -131,6 +211,21 @@ class ClientLedger:
         #: The event loop's lag at the last probe (s).
         self.lag_s = 0.0
         self.admission = AdmissionRate(quotas.admission)
+        # Read-only requests (module docstring). The peer's bucket starts full whatever the
+        # clock's origin (it caps what it accrues).
+        self.readonly = CostBucket(quotas.peer_readonly_rate_per_s, quotas.peer_readonly_burst, 0.0)
+        #: The last status built (JSON), served instead of a new one over the peer's budget.
+        self._status_text: str | None = None
+        #: Tree pictures held for clients paging through them, least recently used first.
+        self._pictures: OrderedDict[ClientConnection, object] = OrderedDict()
+        #: Connections with read-only reply bytes unsent, the longest waiting first.
+        self._unread: dict[ClientConnection, None] = {}
+        self.readonly_queued = 0
+        self.readonly_served = 0
+        self.statuses_built = 0
+        self.statuses_cached = 0
+        self.pictures_built = 0
+        self.pictures_dropped = 0
 
     # ------------------------------------------------------------------------- connections
 
@@ -184,6 +279,67 @@ class ClientLedger:
             self.lag_s = max(now - start - period, 0.0)
             self.admission.observe(self.lag_s, now)
 
+    # ---------------------------------------------------------------------- read-only work
+
+    def status_text(self, now: float, build: Callable[[], str]) -> str:
+        """The status JSON for a client: built afresh while the peer's read-only budget lasts,
+        else the last one built (a flood of status requests builds at most the peer's rate of
+        them, and an honest one, well within it, always sees the present)."""
+        text = self._status_text
+        if self.readonly.ready(now) or text is None:
+            text = self._status_text = build()
+            self.readonly.charge(readonly_units(len(text)))
+            self.statuses_built += 1
+        else:
+            self.statuses_cached += 1
+        return text
+
+    def check_picture(self, now: float) -> None:
+        """Raise ``Refusal`` (counted) if the peer's read-only budget cannot take a tree
+        picture now; the caller charges it once built (``picture_built``)."""
+        if not self.readonly.ready(now):
+            self.refuse(READONLY_BUSY)
+            wait = self.readonly.wait_s
+            raise Refusal(
+                READONLY_BUSY,
+                f"read-only requests: the peer is busy with others, try again in {_ms(wait)} ms",
+                wait,
+            )
+
+    def picture_built(self, cost: float) -> None:
+        self.readonly.charge(cost)
+        self.pictures_built += 1
+
+    def hold_picture(self, conn: ClientConnection, pic: object) -> None:
+        """Keep ``conn``'s picture for its next pages; beyond ``tree_pictures_held`` the least
+        recently used one is dropped (its client is told to start again)."""
+        pictures = self._pictures
+        pictures[conn] = pic
+        pictures.move_to_end(conn)
+        while len(pictures) > self.quotas.tree_pictures_held:
+            pictures.popitem(last=False)
+            self.pictures_dropped += 1
+
+    def picture(self, conn: ClientConnection) -> object | None:
+        pic = self._pictures.get(conn)
+        if pic is not None:
+            self._pictures.move_to_end(conn)
+        return pic
+
+    def drop_picture(self, conn: ClientConnection) -> None:
+        self._pictures.pop(conn, None)
+
+    def _make_room(self, conn: ClientConnection, n: int) -> bool:
+        """Close the connections whose unread read-only replies wait longest until ``n`` more
+        bytes fit the peer's bound; False if ``conn`` itself is one to close."""
+        bound = self.quotas.peer_readonly_queue_bytes
+        while self.readonly_queued + n > bound and self._unread:
+            oldest = next(iter(self._unread))
+            if oldest is conn:
+                return False
+            oldest.unread()
+        return True
+
     # ------------------------------------------------------------------------------ status
 
     def status(self, backlog: int) -> dict[str, object]:
@@ -198,6 +354,16 @@ class ClientLedger:
             "backlog_frames": backlog,
             "lag_s": round(self.lag_s, 3),
             "admission": self.admission.status(),
+            "read_only": {
+                "served": self.readonly_served,
+                "statuses_built": self.statuses_built,
+                "statuses_cached": self.statuses_cached,
+                "pictures_built": self.pictures_built,
+                "pictures_held": len(self._pictures),
+                "pictures_dropped": self.pictures_dropped,
+                "queued_bytes": self.readonly_queued,
+                "unread_connections": len(self._unread),
+            },
         }
 
 
@@ -214,7 +380,11 @@ class ClientConnection:
         "bucket",
         "greeted",
         "host",
+        "on_unread",
         "opened",
+        "readonly",
+        "readonly_queued",
+        "readonly_refused",
     )
 
     def __init__(self, ledger: ClientLedger, host: str, entry: _Address, now: float) -> None:
@@ -229,10 +399,20 @@ class ClientConnection:
         self._closed = False
         q = ledger.quotas
         self.bucket = TokenBucket(q.publish_rate_per_s, q.publish_burst, now)
+        self.readonly = CostBucket(q.readonly_rate_per_s, q.readonly_burst, now)
+        #: Read-only reply bytes queued and not yet written, and read-only requests refused.
+        self.readonly_queued = 0
+        self.readonly_refused = 0
+        #: Set by the client session: closes it for not reading its read-only replies.
+        self.on_unread: Callable[[], None] | None = None
 
     @property
     def quotas(self) -> Quotas:
         return self._ledger.quotas
+
+    @property
+    def ledger(self) -> ClientLedger:
+        return self._ledger
 
     # ------------------------------------------------------------------------- deadlines
 
@@ -278,6 +458,8 @@ class ClientConnection:
         entry.identical.subtract(self._subs)
         entry.identical += Counter()  # drop the keys that reached zero
         self._subs.clear()
+        self._release_readonly()
+        self._ledger.drop_picture(self)
         self._ledger._release(self.host, entry)
 
     # ------------------------------------------------------------------------ client API
@@ -342,6 +524,91 @@ class ClientConnection:
             raise Refusal(BUSY, f"the peer is saturated ({why}): try again", q.busy_retry_s)
         ledger.publishes_accepted += 1
 
+    def check_readonly(self, now: float, address: bool = True) -> None:
+        """Raise ``Refusal`` (counted) if a read-only request now is over this connection's
+        read-only rate, or (``address``) its address's; the caller charges what it cost
+        (``charge_readonly``). ``flooding`` says when the refusals should close it."""
+        ledger = self._ledger
+        q = ledger.quotas
+        if not self.readonly.ready(now):
+            self._refuse_readonly(READONLY_RATE, self.readonly, q.readonly_rate_per_s, "connection")
+        if address and not self._entry.readonly.ready(now):
+            self._refuse_readonly(
+                READONLY_ADDRESS, self._entry.readonly, q.address_readonly_rate_per_s, "address"
+            )
+
+    def _refuse_readonly(self, reason: str, bucket: CostBucket, rate: float, scope: str) -> None:
+        self.readonly_refused += 1
+        self._ledger.refuse(reason)
+        wait = bucket.wait_s
+        raise Refusal(
+            reason,
+            f"read-only requests: at most {rate:g} units a second per {scope}, "
+            f"try again in {_ms(wait)} ms",
+            wait,
+        )
+
+    def check_picture(self, now: float) -> None:
+        """``check_readonly``, then the peer's budget for a tree picture (``ClientLedger.
+        check_picture``)."""
+        self.check_readonly(now)
+        try:
+            self._ledger.check_picture(now)
+        except Refusal:
+            self.readonly_refused += 1
+            raise
+
+    @property
+    def flooding(self) -> bool:
+        """Refused read-only requests enough times to be closed."""
+        return self.readonly_refused >= self._ledger.quotas.readonly_close_after
+
+    def charge_readonly(self, cost: float, address: bool = True) -> None:
+        """What a read-only request cost, in units: charged to this connection's bucket and
+        (``address``) its address's, at most a burst each (the peer's own bucket takes it in
+        full)."""
+        q = self._ledger.quotas
+        self._ledger.readonly_served += 1
+        self.readonly.charge(min(cost, q.readonly_burst))
+        if address:
+            self._entry.readonly.charge(min(cost, q.address_readonly_burst))
+
+    def queue_readonly(self, n: int) -> bool:
+        """``n`` more bytes of read-only reply are about to be queued for this client. False
+        (the caller closes it, counted) if this connection already holds unread replies and
+        they would pass ``readonly_queue_bytes``, or its unread replies are the oldest of the
+        peer's when they pass ``peer_readonly_queue_bytes``; others closed to make room are
+        counted as they go."""
+        ledger = self._ledger
+        if self.readonly_queued and self.readonly_queued + n > ledger.quotas.readonly_queue_bytes:
+            return False
+        if not ledger._make_room(self, n):
+            return False
+        if not self.readonly_queued:
+            ledger._unread[self] = None
+        self.readonly_queued += n
+        ledger.readonly_queued += n
+        return True
+
+    def sent_readonly(self, n: int) -> None:
+        """``n`` bytes of read-only reply were written to the client."""
+        n = min(n, self.readonly_queued)
+        self.readonly_queued -= n
+        self._ledger.readonly_queued -= n
+        if not self.readonly_queued:
+            self._ledger._unread.pop(self, None)
+
+    def _release_readonly(self) -> None:
+        self.sent_readonly(self.readonly_queued)
+
+    def unread(self) -> None:
+        """Closed to make room for others' read-only replies: its queued ones no longer count
+        (they go with the connection), and the session closes it (``on_unread``)."""
+        self._release_readonly()
+        self._ledger.drop_picture(self)
+        if self.on_unread is not None:
+            self.on_unread()
+
     def not_owned(self) -> None:
         self._ledger.refuse(NOT_OWNED)
 
@@ -349,14 +616,19 @@ class ClientConnection:
         """A request refused for ``reason`` defined elsewhere (a client token): counted."""
         self._ledger.refuse(reason)
 
-    def slow_reader(self, queued: int) -> None:
-        """The client is closed for not reading; the ``queued`` frames go with it."""
-        self._ledger.refuse(SLOW_READER)
+    def slow_reader(self, queued: int, reason: str = SLOW_READER) -> None:
+        """The client is closed for not reading (``reason``: its writes stalled or its queue
+        full, or its read-only replies unread); the ``queued`` frames go with it."""
+        self._ledger.refuse(reason)
         self.dropped(queued)
 
     def dropped(self, n: int) -> None:
         """``n`` frames for a client that is gone (or going) were thrown away."""
         self._ledger.notifications_dropped += n
+
+
+def _ms(seconds: float) -> int:
+    return max(round(seconds * 1000), 1)
 
 
 def remote_host(stream: trio.SocketStream) -> str:

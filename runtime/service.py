@@ -7,12 +7,22 @@ over its bounds (``Quotas.client_queue_frames`` and ``client_queue_bytes``), or 
 been stalled for ``Quotas.slow_reader_s``, its connection is closed, its subscriptions removed
 and the notifications thrown away counted. Each session's quotas (subscriptions, publish rate,
 the peer's saturation) are checked through its ``ClientConnection`` (``runtime/quotas.py``).
+
+Read-only requests (``Hello``, ``StatusRequest``, ``TreeRequest``) are weighed and bounded there
+too (``runtime/quotas.py``'s docstring): a refused status or tree page is answered with the
+reason and the wait that helps (``Done`` or ``TreeReply.error``; a refused ``Hello`` is dropped,
+counted), a connection refused ``readonly_close_after`` times is closed, and the bytes of
+read-only replies not yet written are tracked per connection (``_readonly_marks``), so that a
+client that asks and never reads is closed at ``readonly_queue_bytes`` instead of at the 16 MiB
+of a whole client queue. Tree pictures are held by the peer's ledger (a bounded number), and
+pages are served in order, each once per picture: the picture paid for them all.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -27,6 +37,7 @@ from rangecast.pubsub.schema import SchemaError, SchemaRegistry
 from rangecast.pubsub.subscription import Subscription, parse_subscription
 from rangecast.runtime.guard import Rejections, frame
 from rangecast.runtime.messages import (
+    TREE_PAGE_ITEMS,
     Done,
     Hello,
     HelloReply,
@@ -41,7 +52,14 @@ from rangecast.runtime.messages import (
     TreeRequest,
     UnsubscribeRequest,
 )
-from rangecast.runtime.quotas import ClientConnection, Refusal
+from rangecast.runtime.quotas import (
+    READONLY_FLOOD,
+    READONLY_UNREAD,
+    SLOW_READER,
+    ClientConnection,
+    Refusal,
+    readonly_units,
+)
 from rangecast.runtime.tokens import BAD_TOKEN, NEED_TOKEN, TOKEN_REFUSED, ClientTokens
 from rangecast.runtime.treestate import TreePicture, picture
 
@@ -72,6 +90,8 @@ class Owner:
     """Who asked for a subscription: gets its install acknowledgement and its deliveries."""
 
     def installed(self, sid: int) -> None: ...
+
+    def refused(self, sid: int, reason: str) -> None: ...
 
     def removed(self, sid: int) -> None: ...
 
@@ -110,12 +130,21 @@ class ClientSession(Owner):
         #: sid -> the request id awaiting its install acknowledgement (None once acknowledged).
         self.sids: dict[int, int | None] = {}
         self._unsubscribing: dict[int, int] = {}
-        self._early: set[int] = set()
+        #: Acknowledgements that came before subscribe() returned: sid -> None (installed) or
+        #: the reason it was refused.
+        self._early: dict[int, str | None] = {}
         self._attrs: dict[str, list[str]] = {}
         self._wire = wire
         self._dead = False
-        #: The tree state being sent page by page (``TreeRequest``), None between requests.
-        self._tree: TreePicture | None = None
+        #: The next page of this connection's tree picture (the picture itself is held by the
+        #: peer's ledger, which may drop it: ``Quotas.tree_pictures_held``).
+        self._next_page = 0
+        #: Bytes ever queued and ever written, and where each read-only reply not yet written
+        #: ends in that stream (end, size): what ``ClientConnection.readonly_queued`` counts.
+        self._queued_total = 0
+        self._written = 0
+        self._readonly_marks: deque[tuple[int, int]] = deque()
+        conn.on_unread = self._unread
 
     def start(self, nursery: trio.Nursery) -> None:
         """Run the writer in ``nursery``, the connection's: cancelling it closes the client."""
@@ -131,44 +160,67 @@ class ClientSession(Owner):
                 while len(batch) < 1024:
                     try:
                         batch.append(self.rx.receive_nowait())
-                    except trio.WouldBlock:
+                    except (trio.WouldBlock, trio.EndOfChannel):  # ended: the client is closed
                         break
                 data = b"".join(batch)
+                del batch  # its frames are in ``data``: not held twice while the write waits
                 # A client that stops reading blocks this write for good once the socket's
                 # buffers are full; it is closed after slow_reader_s instead of holding its
                 # queue and subscriptions forever.
                 with trio.move_on_after(self._stall_s):
                     await self.stream.send_all(data)
                     self._queued_bytes -= len(data)
+                    self._written += len(data)
+                    marks = self._readonly_marks
+                    while marks and marks[0][0] <= self._written:
+                        self.conn.sent_readonly(marks.popleft()[1])
                     continue
                 self._too_slow()
                 return
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self._dead = True
 
-    def _out(self, msg: Message) -> None:
+    def _out(self, msg: Message, readonly: bool = False) -> None:
+        """Queue ``msg`` for the client; ``readonly``: a reply to a read-only request, whose
+        bytes count against the read-only bounds until written."""
         if self._dead:
             if isinstance(msg, Notification):
                 self.conn.dropped(1)  # an accepted event this client no longer gets
             return
         data = frame(self._wire.encode(msg))
-        if self._queued_bytes + len(data) > self._max_bytes:
+        n = len(data)
+        if self._queued_bytes + n > self._max_bytes:
             self._too_slow()
+            return
+        if readonly and not self.conn.queue_readonly(n):
+            self._too_slow(READONLY_UNREAD)
             return
         try:
             self.tx.send_nowait(data)
         except trio.WouldBlock:
             self._too_slow()
             return
-        self._queued_bytes += len(data)
+        self._queued_bytes += n
+        self._queued_total += n
+        if readonly:
+            self._readonly_marks.append((self._queued_total, n))
 
-    def _too_slow(self) -> None:
-        """Close the client: its connection's scope is cancelled, and the peer's connection
-        task then removes its subscriptions (``closed``), outside any core upcall."""
+    def _unread(self) -> None:
+        """Closed by the peer's ledger to make room for others' read-only replies."""
+        self._too_slow(READONLY_UNREAD)
+
+    def _too_slow(self, reason: str = SLOW_READER) -> None:
+        """Close the client, counted as ``reason``: its connection's scope is cancelled, and
+        the peer's connection task then removes its subscriptions (``closed``), outside any
+        core upcall."""
         if self._dead:
             return
         self._dead = True
-        self.conn.slow_reader(self.tx.statistics().current_buffer_used)
+        # What goes with it, less the replies to read-only requests (a flood's refusals are
+        # not notifications thrown away).
+        queued = self.tx.statistics().current_buffer_used - len(self._readonly_marks)
+        self._readonly_marks.clear()
+        self.conn.slow_reader(max(queued, 0), reason)
         self.tx.close()
         if self._scope is not None:
             self._scope.cancel()
@@ -180,12 +232,22 @@ class ClientSession(Owner):
         if handler is None:
             self.peer.rejections.add("unexpected message")
             return
+        if self._dead and type(msg) in _READ_ONLY:
+            return  # closed (the rest of its last chunk of frames): nothing to answer
         if not self.authorized and type(msg) is not Hello:
             self._unauthorized(msg)
             return
         handler(self, msg)
 
     def _hello(self, msg: Hello) -> None:
+        # A client greets once per connection; peers share addresses with clients (one host),
+        # so only the connection's read-only rate applies. Refused: dropped, counted.
+        try:
+            self.conn.check_readonly(trio.current_time(), address=False)
+        except Refusal:
+            self._close_if_flooding()
+            return
+        self.conn.charge_readonly(1, address=False)
         reply = self.peer.hello_reply()
         tokens = self._tokens
         if tokens is not None and not self.authorized:
@@ -199,7 +261,7 @@ class ClientSession(Owner):
                 self._guessed = True
                 self.conn.refuse(TOKEN_REFUSED)
                 reply = replace(reply, error=BAD_TOKEN)
-        self._out(reply)
+        self._out(reply, readonly=True)
 
     def _unauthorized(self, msg: Message) -> None:
         """A request before a valid token: refused with a reply its client understands."""
@@ -210,7 +272,7 @@ class ClientSession(Owner):
         elif type(msg) is PublishRequest:
             self._out(PublishReply(req, 0, NEED_TOKEN))
         else:  # unsubscribe, status, tree: a bare failure
-            self._out(Done(req, NEED_TOKEN))
+            self._out(Done(req, NEED_TOKEN), readonly=type(msg) in _READ_ONLY)
 
     def _subscribe(self, msg: SubscribeRequest) -> None:
         try:
@@ -226,8 +288,11 @@ class ClientSession(Owner):
         self._attrs[schema.name] = [a.name for a in schema.attributes]
         self.sids[sid] = msg.req
         if sid in self._early:  # acknowledged before subscribe() returned
-            self._early.discard(sid)
-            self.installed(sid)
+            why = self._early.pop(sid)
+            if why is None:
+                self.installed(sid)
+            else:
+                self.refused(sid, why)
 
     def _unsubscribe(self, msg: UnsubscribeRequest) -> None:
         if msg.sid not in self.sids:
@@ -255,21 +320,75 @@ class ClientSession(Owner):
             return
         self._out(PublishReply(msg.req, eid))
 
+    # ------------------------------------------------------------------- read-only requests
+
+    def _close_if_flooding(self) -> bool:
+        """After a refused read-only request: close the connection if it has been refused
+        ``readonly_close_after`` times (True: closed, nothing to answer)."""
+        if not self.conn.flooding:
+            return False
+        self._too_slow(READONLY_FLOOD)
+        return True
+
+    def _refused_readonly(self, reply: Message) -> None:
+        if not self._close_if_flooding():
+            self._out(reply, readonly=True)
+
+    def _status_json(self) -> str:
+        return json.dumps(self.peer.status())
+
     def _status(self, msg: StatusRequest) -> None:
-        self._out(StatusReply(msg.req, json.dumps(self.peer.status())))
+        conn = self.conn
+        now = trio.current_time()
+        try:
+            conn.check_readonly(now)
+        except Refusal as exc:
+            self._refused_readonly(Done(msg.req, str(exc)))
+            return
+        # Built afresh while the peer's read-only budget lasts, else the last one built.
+        text = conn.ledger.status_text(now, self._status_json)
+        conn.charge_readonly(readonly_units(len(text)))
+        self._out(StatusReply(msg.req, text), readonly=True)
 
     def _tree_page(self, msg: TreeRequest) -> None:
         core = self.peer.core
         if core is None:
-            self._out(TreeReply(msg.req, msg.page, False, "starting", [], [], None, "no overlay"))
+            reply = TreeReply(msg.req, msg.page, False, "starting", [], [], None, "no overlay")
+            self._out(reply, readonly=True)
             return
         state = core.dht.state.value
+        conn = self.conn
+        ledger = conn.ledger
+        pic: TreePicture | None = None
         if msg.page == 0:
-            self._tree = picture(core, self.peer.schemas)
-        pic = self._tree
+            # The expensive request: the picture is taken in one go (``runtime/treestate.py``)
+            # and costs two units a page's worth of items (taken, then encoded), however the
+            # pages come.
+            try:
+                conn.check_picture(trio.current_time())
+            except Refusal as exc:
+                self._refused_readonly(TreeReply(msg.req, 0, False, state, [], [], None, str(exc)))
+                return
+            pic = picture(core, self.peer.schemas)
+            cost = picture_units(pic)
+            conn.charge_readonly(cost)
+            ledger.picture_built(cost)
+            ledger.drop_picture(conn)
+            if len(pic.pages) > 1:
+                ledger.hold_picture(conn, pic)
+        elif msg.page == self._next_page:
+            held = ledger.picture(conn)
+            pic = held if isinstance(held, TreePicture) else None
         if pic is None or msg.page >= len(pic.pages):
-            error = f"no page {msg.page}: ask for page 0 first"
-            self._out(TreeReply(msg.req, msg.page, False, state, [], [], None, error))
+            # Out of order, or the picture was dropped: a request like any other (charged).
+            try:
+                conn.check_readonly(trio.current_time())
+            except Refusal as exc:
+                error = str(exc)
+            else:
+                conn.charge_readonly(1)
+                error = f"no page {msg.page}: ask for page 0 first"
+            self._refused_readonly(TreeReply(msg.req, msg.page, False, state, [], [], None, error))
             return
         more = msg.page + 1 < len(pic.pages)
         first = msg.page == 0
@@ -282,16 +401,18 @@ class ClientSession(Owner):
                 pic.pages[msg.page],
                 pic.schemas if first else [],
                 pic.config if first else None,
-            )
+            ),
+            readonly=True,
         )
+        self._next_page = msg.page + 1
         if not more:
-            self._tree = None
+            ledger.drop_picture(conn)
 
     # ---------------------------------------------------------------------- Owner upcalls
 
     def installed(self, sid: int) -> None:
         if sid not in self.sids:
-            self._early.add(sid)
+            self._early[sid] = None
             return
         req = self.sids[sid]
         if req is None:
@@ -300,6 +421,18 @@ class ClientSession(Owner):
         sub = self.peer.subscription(sid)
         attrs = self._attrs.get(sub.schema, []) if sub is not None else []
         self._out(SubscribeReply(req, sid, attrs))
+
+    def refused(self, sid: int, reason: str) -> None:
+        """The swarm could not store the subscription (a full leaf): the client's subscribe
+        fails with the reason; the ``removed`` that follows releases its quota."""
+        if sid not in self.sids:
+            self._early[sid] = reason
+            return
+        req = self.sids[sid]
+        if req is None:
+            return  # already answered (a refresh refused later: the removal tells the rest)
+        self.sids[sid] = None
+        self._out(SubscribeReply(req, sid, [], f"refused: {reason}"))
 
     def removed(self, sid: int) -> None:
         self.sids.pop(sid, None)
@@ -323,6 +456,16 @@ class ClientSession(Owner):
         self._keys.clear()
         self.conn.close()
 
+
+def picture_units(pic: TreePicture) -> int:
+    """What a tree picture costs in read-only units: two per page's worth of items (a page of
+    ``TREE_PAGE_ITEMS`` is about one unit's 64 KiB), at least two."""
+    items = sum(1 + len(h.rows) + len(h.pieces) for page in pic.pages for h in page)
+    return 2 * max(1, -(-items // TREE_PAGE_ITEMS))
+
+
+#: Requests that change nothing at the peer: their replies are what the read-only bounds weigh.
+_READ_ONLY = frozenset({Hello, StatusRequest, TreeRequest})
 
 _HANDLERS: dict[type[Message], Callable[[ClientSession, Any], None]] = {
     Hello: ClientSession._hello,

@@ -33,7 +33,7 @@ from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.kademlia import ROOT_CACHE
 from rangecast.dht.substrate import substrate
 from rangecast.pubsub.node import OverlayConfig
-from rangecast.runtime.identity import DEFAULT_ID_DIFFICULTY, STATE_FILE
+from rangecast.runtime.identity import DEFAULT_ID_DIFFICULTY, STATE_FILE, SwarmKey
 from rangecast.runtime.tokens import read_token_lines
 
 SWARM_FILE = "swarm.json"
@@ -64,6 +64,11 @@ class SwarmSpec:
     #: A client token file every peer requires tokens from (``runtime/tokens.py``); the
     #: swarm's own status probes present its first token. None: no tokens.
     client_tokens: Path | None = None
+    #: Peer admission: the swarm key file every peer is started with (``--swarm-key``;
+    #: ``SwarmKey``). None: no key, any peer may join.
+    swarm_key: Path | None = None
+    #: Make ``swarm_key`` (a new random key, mode 0600) if it does not exist yet.
+    create_swarm_key: bool = False
 
 
 def _alive(pid: int) -> bool:
@@ -195,6 +200,8 @@ def _spawn(i: int, port: int, dir_: Path, join: int | None, args: SwarmSpec) -> 
     cmd += ["--id-difficulty", str(args.id_difficulty)]
     if args.client_tokens is not None:
         cmd += ["--client-tokens", str(args.client_tokens)]
+    if args.swarm_key is not None:
+        cmd += ["--swarm-key", str(args.swarm_key)]
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(
             cmd,
@@ -306,6 +313,13 @@ def up(args: SwarmSpec) -> int:
         # A bad file fails now, not in N log files; the peers get its absolute path.
         token = read_token_lines(args.client_tokens)[0]
         args = replace(args, client_tokens=args.client_tokens.resolve())
+    make_key = False
+    if args.swarm_key is not None:
+        # Likewise for the swarm key; one the swarm makes itself is made once all is checked.
+        make_key = args.create_swarm_key and not args.swarm_key.exists()
+        if not make_key:
+            SwarmKey.load(args.swarm_key)
+        args = replace(args, swarm_key=args.swarm_key.resolve())
     dir_ = Path(args.dir)
     lock = _lock(dir_)
     reused = _reusable(dir_, n, args.dht)
@@ -314,11 +328,15 @@ def up(args: SwarmSpec) -> int:
         raise LocalProtocolError(
             f"ports in use: {', '.join(map(str, busy[:10]))}; choose another --base-port"
         )
+    if make_key:
+        assert args.swarm_key is not None
+        SwarmKey.create(args.swarm_key)
     data: dict[str, Any] = {
         "created": time.time(),
         "schema": args.schema or "thesis",
         "dht": args.dht,
         "client_tokens": str(args.client_tokens) if args.client_tokens else None,
+        "swarm_key": str(args.swarm_key) if args.swarm_key else None,
         "peers": [],
     }
     # A peer that has just joined parks probes for tree nodes it may be about to receive from

@@ -31,6 +31,7 @@ from rangecast.pubsub.node import (
     PieceStored,
     PubSubNode,
     SubscriptionInstalled,
+    SubscriptionRefused,
     SubscriptionRemoved,
 )
 from rangecast.pubsub.peer import OverlayPeer
@@ -127,6 +128,8 @@ class SimOverlay:
         # Application events.
         self.installed: Counter[Key] = Counter()
         self.removed: Counter[Key] = Counter()
+        #: Subscriptions a full leaf refused (``SubscriptionRefused``).
+        self.refused: Counter[Key] = Counter()
         self.received: Counter[DeliveryKey] = Counter()
         self.stored_events: list[PieceStored] = []
         #: The latest of SubscriptionInstalled / SubscriptionRemoved per subscription.
@@ -147,6 +150,9 @@ class SimOverlay:
             elif isinstance(ev, SubscriptionInstalled):
                 self.installed[(i, ev.sid)] += 1
                 self.last_event[(i, ev.sid)] = "installed"
+            elif isinstance(ev, SubscriptionRefused):
+                self.refused[(i, ev.sid)] += 1
+                self.last_event[(i, ev.sid)] = "refused"
             elif isinstance(ev, SubscriptionRemoved):
                 self.removed[(i, ev.sid)] += 1
                 self.last_event[(i, ev.sid)] = "removed"

@@ -10,11 +10,12 @@ import math
 import random
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rangecast.dht.core import NodeStats
-from rangecast.dht.messages import DHT_TABLE, Direct, HopAck, Route, RouteDone
+from rangecast.dht.messages import DHT_TABLE, Direct, HopAck, Route, RouteDone, RouteWait
 from rangecast.dht.node import Application, PastryConfig, PastryNode
 from rangecast.dht.routing import Peer
 from rangecast.dht.wire import Message, codec_for
@@ -186,3 +187,79 @@ def test_off_by_default_sends_no_route_done() -> None:
     route_round(sim, net, log, -1, random.Random(3), 0, 50, [])
     assert RouteDone.__name__ not in counts
     assert all(node.end_to_end is None for node in net.nodes)
+
+
+class Waiter(Dropper):
+    """A node that acknowledges every routed hop, never forwards, and keeps asking its
+    upstream for more time (``RouteWait`` every ``every`` seconds)."""
+
+    def __init__(self, node: PastryNode, every: float = 1.0) -> None:
+        super().__init__(node)
+        self.every = every
+        self.held: list[tuple[int, bytes]] = []
+        self.next_wait: float | None = None
+
+    def receive(self, msg: Message, src: bytes, now: float) -> None:
+        if isinstance(msg, Route):
+            self.out.append((src, HopAck(msg.uid)))
+            self.held.append((msg.uid, src))
+            if self.next_wait is None:
+                self.next_wait = now + self.every
+            return
+        super().receive(msg, src, now)
+
+    def handle_timer(self, now: float) -> None:
+        if self.next_wait is not None and now >= self.next_wait:
+            self.out.extend((src, RouteWait(uid)) for uid, src in self.held)
+            self.next_wait = now + self.every if now < 200.0 else None
+        self.node.handle_timer(now)
+
+    def get_timer(self) -> float | None:
+        t = self.node.get_timer()
+        if self.next_wait is not None and (t is None or self.next_wait < t):
+            return self.next_wait
+        return t
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 29, item 4): the waits a staller draws are relayed up the path and "
+    "exhaust an honest upstream hop's budget, which then charges its honest next hop",
+)
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1), data=st.data())
+def test_a_hop_that_keeps_asking_for_time_is_charged_not_its_upstream(
+    seed: int, data: st.DataObject
+) -> None:
+    """A node that stalls with ``RouteWait`` forever exhausts the wait budget of the hop next
+    to it, which charges it; the hops further up (their budgets nested larger) charge nobody
+    honest, and every message still reaches its honest root."""
+    n = 30
+    bad = data.draw(st.integers(0, n - 1), label="waiter")
+    sim = Simulator(
+        SyntheticLatency(seed, sites=64), stream(seed, "network"), codec=codec_for(DHT_TABLE)
+    )
+    log: list[tuple[int, int]] = []
+    wrapped: list[Waiter] = []
+
+    def core(i: int, node: Any) -> Any:
+        if i != bad:
+            return node
+        wrapped.append(Waiter(node))
+        return wrapped[0]
+
+    net = SimNetwork(
+        sim, seed, config=E2E, app_factory=lambda i: Recorder(i, log), core_factory=core
+    )
+    net.oracle_bootstrap(net.create(n))
+    rng = random.Random(seed)
+    b_id = net.nodes[bad].id
+    near = [b_id, (b_id + 1) % net.space.size, (b_id - 1) % net.space.size]
+    route_round(sim, net, log, bad, rng, 0, 40, near * 4)
+    for i, node in enumerate(net.nodes):
+        if i == bad:
+            continue
+        e2e = node.end_to_end
+        assert e2e is not None
+        assert set(e2e.losses) <= {b_id} and set(e2e.quarantine) <= {b_id}
+    assert wrapped and wrapped[0].held

@@ -33,7 +33,7 @@ def _ports(peers: list[PeerRuntime], *which: int) -> tuple[int, int]:
     return ports[0], ports[1]
 
 
-@pytest.mark.slow  # about 30 s: the deadlines of the losses while it is being caught
+@pytest.mark.slow  # about 60 s: the losses' deadlines, then the demotion's confirmation
 def test_a_dropping_peer_is_caught_routed_around_and_demoted() -> None:
     report: dict[str, object] = {}
 
@@ -46,6 +46,10 @@ def test_a_dropping_peer_is_caught_routed_around_and_demoted() -> None:
             subs, pubs = _ports(peers, 0, 8), _ports(peers, 2, 10)
             # While it is being caught: end-to-end acks re-route what it drops.
             report["during"] = await oracle_round(subs, pubs, 181, n_subs=30, n_events=60)
+            # A demotion waits ``demote_confirm_s`` (30 s) for a late answer that never comes.
+            with trio.move_on_after(120):
+                while not any(p.dht.stats.demoted for p in honest):
+                    await trio.sleep(1.0)
             report["demoted_by"] = sum(1 for p in honest if p.dht.stats.demoted)
             report["after"] = await oracle_round(subs, pubs, 182, n_subs=30, n_events=60)
             report["status"] = [p.status() for p in honest]

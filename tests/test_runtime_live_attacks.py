@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 import socket
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +43,10 @@ from rangecast.runtime.identity import PeerAddress
 from rangecast.runtime.messages import (
     PublishReply,
     PublishRequest,
+    StatusRequest,
     SubscribeReply,
     SubscribeRequest,
+    TreeRequest,
 )
 from rangecast.runtime.peer import read_frame
 
@@ -325,6 +327,178 @@ def test_a_client_that_never_reads(swarm: LiveSwarm) -> None:
 
 async def _holds(port: int, n: int) -> bool:
     return bool((await status(port))["clients"]["subscriptions"] == n)
+
+
+# ------------------------------------------------------------------- read-only requests (29)
+
+#: How long the status flood lasts, the honest publishing measured before it, and that
+#: publisher's pace (well within its quotas, and few events: a peer's memory grows by some
+#: MiB per thousand events it handles, which is not what is measured here).
+FLOOD_S = 10.0
+BASELINE_S = 3.0
+PACE_PER_S = 50.0
+
+
+def test_status_flood(swarm: LiveSwarm) -> None:
+    """From 127.0.0.8: four connections pipelining status requests for 10 s (each reconnecting
+    when closed, a harder flood than issue 29's four connections), while an honest client
+    publishes 50 events a second through the target and another, subscribed at a third peer,
+    receives. Issue 29 measured one event through the victim in 20 s. Beyond the read-only
+    buckets the requests are refused and counted, a connection that goes on is closed, the
+    statuses built stay within the peer's budget; every event accepted during the flood is
+    delivered, at no less than a quarter of the pace before it."""
+    target, src = 5, "127.0.0.8"
+    port = swarm.ports[target]
+    batch = b"".join(frame(WIRE.encode(StatusRequest(k + 1))) for k in range(500))
+
+    async def flood_one(deadline: float, counts: dict[str, int]) -> None:
+        while trio.current_time() < deadline:
+            try:
+                stream = await open_from(src, port)
+            except OSError:
+                await trio.sleep(0.01)
+                continue
+            counts["connections"] += 1
+            async with stream, trio.open_nursery() as reading:
+                reading.start_soon(drain_until_closed, stream)
+                try:
+                    while trio.current_time() < deadline:
+                        await stream.send_all(batch)
+                        counts["asked"] += 500
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+                reading.cancel_scope.cancel()
+
+    async def attack() -> dict[str, Any]:
+        before = await status(port)
+        eids: dict[str, set[int]] = {"base": set(), "flood": set()}
+        got: set[int] = set()
+        counts = {"connections": 0, "asked": 0}
+        async with (
+            connect("127.0.0.1", swarm.ports[(target + 3) % N]) as receiver,
+            connect("127.0.0.1", port) as pub,
+            trio.open_nursery() as nursery,
+        ):
+            sub = await receiver.subscribe("Attr1 >= 0")  # every EVENT
+
+            async def receive() -> None:
+                async for d in sub:
+                    got.add(d.eid)
+
+            async def publish_for(seconds: float, into: set[int]) -> None:
+                end = trio.current_time() + seconds
+                while trio.current_time() < end:
+                    into.add(await pub.publish(EVENT))  # waits out refusals for load
+                    await trio.sleep(1.0 / PACE_PER_S)
+
+            nursery.start_soon(receive)
+            await publish_for(BASELINE_S, eids["base"])
+            deadline = trio.current_time() + FLOOD_S
+            async with trio.open_nursery() as flooders:
+                for _ in range(4):
+                    flooders.start_soon(flood_one, deadline, counts)
+                await publish_for(FLOOD_S, eids["flood"])
+            during = await status(port)
+            wanted = eids["base"] | eids["flood"]
+            with trio.move_on_after(30):  # a guard; the assertions decide
+                while not wanted <= got:
+                    await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+        await wait_for(lambda: _no_clients(port), 60)
+        return {"before": before, "during": during, "eids": eids, "got": got, **counts}
+
+    out, start, peaks = trio.run(_sampling, swarm, attack)
+    st = _after(swarm, "status flood", target, start, peaks, seed=207)
+    before, eids, got = out["before"], out["eids"], out["got"]
+    delta = {
+        r: _refused(st, r) - _refused(before, r)
+        for r in (q.READONLY_RATE, q.READONLY_ADDRESS, q.READONLY_FLOOD)
+    }
+    ro_before, ro = before["clients"]["read_only"], out["during"]["clients"]["read_only"]
+    built = ro["statuses_built"] - ro_before["statuses_built"]
+    cached = ro["statuses_cached"] - ro_before["statuses_cached"]
+    base_rate = len(eids["base"]) / BASELINE_S
+    flood_rate = len(eids["flood"]) / FLOOD_S
+    MEASURED["status flood"].update(
+        asked=out["asked"],
+        connections=out["connections"],
+        refused=delta,
+        statuses_built=built,
+        statuses_cached=cached,
+        publishes_per_s_before=round(base_rate, 1),
+        publishes_per_s_during=round(flood_rate, 1),
+        delivered_during=len(eids["flood"] & got),
+    )
+    assert delta[q.READONLY_RATE] + delta[q.READONLY_ADDRESS] > 0
+    assert delta[q.READONLY_FLOOD] > 0  # the connections that went on were closed
+    # At most the peer's budget of statuses built: its burst and rate over the flood (and
+    # the handful the test itself asks for).
+    limits = q.DEFAULT_QUOTAS
+    assert built <= limits.peer_readonly_burst + limits.peer_readonly_rate_per_s * (FLOOD_S + 5)
+    # Honest publishes keep flowing: all delivered, at no less than a quarter of the pace
+    # before (measured: 38-57%, the rest of each flooding connection's 64 KiB read still being
+    # decoded after it is closed; docs/runtime.md, "Client limits").
+    assert eids["flood"] and eids["flood"] <= got and eids["base"] <= got
+    assert flood_rate >= base_rate / 4, (base_rate, flood_rate)
+
+
+def test_tree_pages_never_read(swarm: LiveSwarm) -> None:
+    """From 127.0.0.9, with 300 subscriptions held through the target: sixteen connections with
+    4 KB receive windows, each sending 2,000 requests for a new tree picture (334 KB in all, as
+    in issue 29, which measured the victim going from 114 to 935 MB) and never reading, held
+    10 s. The read-only buckets refuse most of them, the connections are closed (for going on
+    while refused, or at their read-only byte bound), and nothing they asked for stays queued."""
+    target, src = 0, "127.0.0.9"
+    port = swarm.ports[target]
+    ask = b"".join(frame(WIRE.encode(TreeRequest(k + 1, 0))) for k in range(2_000))
+
+    async def attack() -> dict[str, Any]:
+        before = await status(port)
+        async with connect("127.0.0.1", port) as holder:
+            for k in range(300):  # a tree worth picturing
+                await holder.subscribe(f"Attr1 >= {k % 100} and Attr2 <= {k}")
+            await trio.sleep(1.0)
+            page = len((await holder.tree())[0].nodes)
+            streams = []
+            for _ in range(16):
+                sock = trio.socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                await sock.bind((src, 0))
+                await sock.connect(("127.0.0.1", port))
+                streams.append(trio.SocketStream(sock))
+            for s in streams:
+                with (
+                    trio.move_on_after(5),
+                    suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
+                ):
+                    await s.send_all(ask)
+            await trio.sleep(10.0)
+            during = await status(port)
+            for s in streams:
+                await s.aclose()
+        await wait_for(lambda: _no_clients(port), 60)
+        return {"before": before, "during": during, "page_items": page}
+
+    out, start, peaks = trio.run(_sampling, swarm, attack)
+    st = _after(swarm, "tree pages never read", target, start, peaks, seed=208)
+    before = out["before"]
+    reasons = (q.READONLY_RATE, q.READONLY_ADDRESS, q.READONLY_FLOOD, q.READONLY_UNREAD)
+    delta = {r: _refused(st, r) - _refused(before, r) for r in reasons}
+    slow = _refused(st, q.SLOW_READER) - _refused(before, q.SLOW_READER)
+    ro_before, ro = before["clients"]["read_only"], out["during"]["clients"]["read_only"]
+    MEASURED["tree pages never read"].update(
+        page_items=out["page_items"],
+        refused=delta,
+        slow_readers=slow,
+        pictures_built=ro["pictures_built"] - ro_before["pictures_built"],
+        queued_bytes_during=ro["queued_bytes"],
+    )
+    assert delta[q.READONLY_RATE] + delta[q.READONLY_ADDRESS] > 0
+    # Every attacking connection was closed by the peer, whichever bound it reached first.
+    assert delta[q.READONLY_FLOOD] + delta[q.READONLY_UNREAD] + slow == 16
+    # Nothing left queued but, at most, the reply to the status request's own Hello.
+    assert ro["queued_bytes"] < 1024 and ro["unread_connections"] <= 1
+    assert st["clients"]["read_only"]["pictures_held"] == 0
 
 
 # ----------------------------------------------------------------------------- peer attacks
