@@ -4,7 +4,9 @@ cost, and the accounting that enforces it.
 A peer serves anyone who reaches its port, so every resource a client can make it hold is
 bounded here: connections per address, subscriptions per connection and per address (and how
 many identical ones an address may hold, since identical subscriptions cannot be told apart by
-splitting a tree node), publishes per second per connection and per address, how long a
+splitting a tree node; *identical* by cost, not by equality: subscriptions whose every bound
+falls in the same 1/``SIMILAR_CELLS`` of its attribute's domain land in the same leaves and
+count as one kind, ``similar``), publishes per second per connection and per address, how long a
 connection may stay without a complete well-formed frame or sit in the middle of one, and how
 much a client that does not read may have queued. A publish is also refused while the peer is
 saturated (its outgoing links hold too many frames, or its event loop lags), so that what it
@@ -42,8 +44,35 @@ from dataclasses import dataclass, field
 
 import trio
 
+from rangecast.pubsub.schema import Schema
+from rangecast.pubsub.subscription import Subscription
 from rangecast.runtime.admission import AdmissionConfig, AdmissionRate
 from rangecast.runtime.guard import Rejections, TokenBucket
+
+#: Cells per attribute domain within which subscriptions' bounds count as the same
+#: (``similar``): 2^12, so pieces farther apart than a cell are separated by a dozen splits,
+#: while near-identical ones (a bound nudged by less) would share leaves that cannot split.
+SIMILAR_CELLS = 4096
+
+
+def similar(sub: Subscription, schema: Schema) -> Hashable:
+    """What the identical-subscription quota counts: ``sub``'s box snapped outwards to a grid of
+    ``SIMILAR_CELLS`` cells per attribute (the red team's 4,000-5,000 near-identical ranges,
+    each nudged by 0.001, passed an equality check; issue 29)."""
+    key: list[Hashable] = [sub.schema]
+    for i, r in sub.ranges:
+        a = schema.attributes[i]
+        width = (a.max - a.min) or 1.0
+        lo = (r.lo - a.min) / width * SIMILAR_CELLS
+        hi = (r.hi - a.min) / width * SIMILAR_CELLS
+        key.append(
+            (
+                i,
+                math.floor(lo) if math.isfinite(lo) else -1,
+                math.ceil(hi) if math.isfinite(hi) else SIMILAR_CELLS + 1,
+            )
+        )
+    return tuple(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,7 +503,9 @@ class ClientConnection:
             self._refuse(SUBS_ADDRESS, q.subscriptions_per_address, "per address")
         if self._entry.identical[key] >= q.identical_subscriptions_per_address:
             self._refuse(
-                SUBS_IDENTICAL, q.identical_subscriptions_per_address, "identical ones per address"
+                SUBS_IDENTICAL,
+                q.identical_subscriptions_per_address,
+                f"identical or nearly (to 1/{SIMILAR_CELLS} of each domain) per address",
             )
 
     def _refuse(self, reason: str, limit: int, scope: str) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 import trio
@@ -59,6 +59,7 @@ from rangecast.runtime.quotas import (
     ClientConnection,
     Refusal,
     readonly_units,
+    similar,
 )
 from rangecast.runtime.tokens import BAD_TOKEN, NEED_TOKEN, TOKEN_REFUSED, ClientTokens
 from rangecast.runtime.treestate import TreePicture, picture
@@ -125,8 +126,8 @@ class ClientSession(Owner):
         self._stall_s = quotas.slow_reader_s
         #: The connection's scope: cancelled to close a client that does not read.
         self._scope: trio.CancelScope | None = None
-        #: sid -> the subscription as installed, for the quotas' accounting.
-        self._keys: dict[int, Subscription] = {}
+        #: sid -> the subscription's kind (``quotas.similar``), for the quotas' accounting.
+        self._keys: dict[int, Hashable] = {}
         #: sid -> the request id awaiting its install acknowledgement (None once acknowledged).
         self.sids: dict[int, int | None] = {}
         self._unsubscribing: dict[int, int] = {}
@@ -278,13 +279,14 @@ class ClientSession(Owner):
         try:
             schema = self.peer.schemas.get(msg.schema)
             sub = parse_subscription(msg.expr, schema)
-            self.conn.check_subscribe(sub)
+            kind = similar(sub, schema)
+            self.conn.check_subscribe(kind)
             sid = self.peer.subscribe(sub, self)
         except (SchemaError, LocalProtocolError, Refusal) as exc:
             self._out(SubscribeReply(msg.req, 0, [], str(exc)))
             return
-        self.conn.subscribed(sub)
-        self._keys[sid] = sub
+        self.conn.subscribed(kind)
+        self._keys[sid] = kind
         self._attrs[schema.name] = [a.name for a in schema.attributes]
         self.sids[sid] = msg.req
         if sid in self._early:  # acknowledged before subscribe() returned

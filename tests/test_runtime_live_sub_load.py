@@ -7,11 +7,13 @@ to the brute-force oracle once the attacker has gone.
 
 * 10,000 random subscriptions from 3 client addresses (4 connections each, under the 1,000 per
   connection and 4,000 per address defaults);
-* 4,500 near-identical subscriptions (the same ranges but one bound nudged, so the identical
-  subscription quota passes them) through one peer from 2 addresses (before: 270-566 KB
-  replication messages, honest peers declaring 151-280 peers failed). A leaf whose pieces
-  share one point now refuses them past half a frame and past one subscriber peer's share
-  (``max_leaf_bytes``, ``max_leaf_share``; tests/test_leaf_bytes.py); the counts are printed.
+* 4,500 near-identical subscriptions (the same ranges but one bound nudged by 0.001) through
+  one peer from 2 addresses (before: an equality check passed them all; 270-566 KB
+  replication messages, honest peers declaring 151-280 peers failed): now of one kind for the
+  identical-subscription quota (``quotas.similar``), 16 per address;
+* 3,000 subscriptions whose base is one point of Attr1 (each of its own kind, so only the leaf
+  can bound them): the leaf refuses past half a frame and past one subscriber peer's share
+  (``max_leaf_bytes``, ``max_leaf_share``; tests/test_leaf_bytes.py).
 
 Figures measured: docs/runtime.md, "Attack suite"."""
 
@@ -27,7 +29,10 @@ import trio
 from live_swarm import LiveSwarm, exchange, leaf_sets_full, open_from, status, wait_for
 from runtime_harness import oracle_round
 
+from rangecast.pubsub.schema import THESIS_SCHEMA
+from rangecast.pubsub.subscription import parse_subscription
 from rangecast.runtime.messages import SubscribeReply, SubscribeRequest
+from rangecast.runtime.quotas import similar
 
 pytestmark = pytest.mark.slow
 
@@ -145,9 +150,10 @@ def test_near_identical_subscriptions_are_bounded_not_fatal(swarm: LiveSwarm) ->
     port = swarm.ports[0]
     out, peaks = _peaks(swarm, lambda: _flood(port, ["127.0.0.5", "127.0.0.6"], exprs, 900))
     states = _check(swarm, "4,500 near-identical subscriptions", peaks, seed=292)
-    # Widening gives each piece its own point, so these leaves split as usual; where pieces do
-    # share a point, the leaf bound refuses them (tests/test_leaf_bytes.py), counted here.
-    assert out["accepted"] + out["refused"] == 4_500
+    # At most 16 of a kind an address (the identical-subscription quota), the rest refused.
+    kinds = {similar(parse_subscription(e, THESIS_SCHEMA), THESIS_SCHEMA) for e in exprs}
+    assert 0 < out["accepted"] <= 2 * 16 * len(kinds) < 4_500
+    assert out["errors"] and all("at most 16 subscriptions identical" in e for e in out["errors"])
     refused = sum(st["overlay"]["refused"] + st["overlay"]["refused_share"] for st in states)
     MEASURED["near-identical"] = {
         **out,
@@ -157,11 +163,14 @@ def test_near_identical_subscriptions_are_bounded_not_fatal(swarm: LiveSwarm) ->
 
 
 def test_subscriptions_at_one_point_are_refused_past_the_leaf_bound(swarm: LiveSwarm) -> None:
-    """3,000 subscriptions spanning Attr1's whole domain (and differing on Attr2): whichever
+    """3,000 subscriptions spanning Attr1's whole domain (and each of its own kind on Attr2):
+    whichever
     picks Attr1 as its base is stored at the one point (min, max), which no split separates;
     that leaf refuses what would take it past half a frame or past the subscriber peer's
     share, and the swarm goes on."""
-    exprs = [f"Attr1 >= 0 and Attr2 >= {k * 0.01:.2f}" for k in range(3_000)]
+    # Attr2's bound 5 apart (a cell of the identical-subscription quota is 20,000 / 4,096):
+    # each of another kind, so that the client quotas pass them and the leaf is what bounds.
+    exprs = [f"Attr1 >= 0 and Attr2 >= {-10_000 + k * 5.0:.1f}" for k in range(3_000)]
     port = swarm.ports[5]
     out, peaks = _peaks(swarm, lambda: _flood(port, ["127.0.0.7", "127.0.0.8"], exprs, 750))
     states = _check(swarm, "3,000 subscriptions at one point", peaks, seed=293)

@@ -158,12 +158,13 @@ def test_mass_subscribe_is_refused_beyond_the_quotas_and_counted() -> None:
                 with pytest.raises(RequestError):
                     await c.unsubscribe(mine)
                 after_unsub = _clients(target)
-            # Gone with their connections: the address holds nothing; identical ones next.
+            # Gone with their connections: the address holds nothing; identical ones next,
+            # near-identical ones in fact (a bound nudged by 0.001: the same kind, ``similar``).
             await _until(lambda: _clients(target)["subscriptions"] == 0)
             async with connect("127.0.0.1", port) as d:
-                for _ in range(8):
+                for k in range(8):
                     try:
-                        await d.subscribe("Attr4 >= 0")
+                        await d.subscribe(f"Attr4 >= {k * 0.001:.3f}")
                     except RequestError as exc:
                         assert "identical" in str(exc)
                         refused += 1
@@ -380,3 +381,18 @@ def test_quotas_are_tunable_for_test_processes() -> None:
 
     cfg = tuned(PeerConfig(), "quotas.idle_timeout_s=2.5,quotas.subscriptions_per_address=7")
     assert cfg.quotas == replace(q.DEFAULT_QUOTAS, idle_timeout_s=2.5, subscriptions_per_address=7)
+
+
+def test_similar_subscriptions_are_one_kind() -> None:
+    """Bounds within one 1/4096 of the domain: one kind; a cell apart: another."""
+    from rangecast.pubsub.schema import THESIS_SCHEMA
+    from rangecast.pubsub.subscription import parse_subscription
+
+    def kind(expr: str) -> object:
+        return q.similar(parse_subscription(expr, THESIS_SCHEMA), THESIS_SCHEMA)
+
+    base = kind("Attr1 between 10 and 20 and Attr4 >= 1")
+    assert kind("Attr1 between 10 and 20 and Attr4 >= 1.001") == base
+    assert kind("Attr1 between 10.0001 and 19.9999 and Attr4 >= 1") == base
+    assert kind("Attr1 between 10 and 20 and Attr4 >= 1.2") != base  # 200 / 4096 = 0.049
+    assert kind("Attr1 between 10 and 20") != base
