@@ -346,7 +346,7 @@ def test_status_flood(swarm: LiveSwarm) -> None:
     receives. Issue 29 measured one event through the victim in 20 s. Beyond the read-only
     buckets the requests are refused and counted, a connection that goes on is closed, the
     statuses built stay within the peer's budget; every event accepted during the flood is
-    delivered, at no less than a quarter of the pace before it."""
+    delivered, at no less than half the pace before it."""
     target, src = 5, "127.0.0.8"
     port = swarm.ports[target]
     batch = b"".join(frame(WIRE.encode(StatusRequest(k + 1))) for k in range(500))
@@ -435,11 +435,11 @@ def test_status_flood(swarm: LiveSwarm) -> None:
     # the handful the test itself asks for).
     limits = q.DEFAULT_QUOTAS
     assert built <= limits.peer_readonly_burst + limits.peer_readonly_rate_per_s * (FLOOD_S + 5)
-    # Honest publishes keep flowing: all delivered, at no less than a quarter of the pace
-    # before (measured: 38-57%, the rest of each flooding connection's 64 KiB read still being
-    # decoded after it is closed; docs/runtime.md, "Client limits").
+    # Honest publishes keep flowing: all delivered, at no less than half the pace before
+    # (measured: 82-86% since a connection its session closed is no longer read; 38-57%
+    # before that; docs/runtime.md, "Client limits").
     assert eids["flood"] and eids["flood"] <= got and eids["base"] <= got
-    assert flood_rate >= base_rate / 4, (base_rate, flood_rate)
+    assert flood_rate >= base_rate / 2, (base_rate, flood_rate)
 
 
 def test_tree_pages_never_read(swarm: LiveSwarm) -> None:
