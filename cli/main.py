@@ -8,7 +8,7 @@ import sys
 import typing
 from collections.abc import Sequence
 
-from rangecast.dht.errors import RangecastError
+from rangecast.dht.errors import FieldError, RangecastError
 
 
 def _version() -> str:
@@ -110,12 +110,20 @@ def _leaf_error(exc: BaseException) -> BaseException:
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_command(words))
+    if not words:  # a bare ``rangecast``: what it can do, as ``rangecast --help`` says it
+        parser.print_help()
+        return 0
     args = parser.parse_args(words)
     try:
         try:
             return int(args.func(args))
         except BaseExceptionGroup as group:
             raise _leaf_error(group) from None
+    except FieldError as exc:  # a configuration's field: named as the command's option
+        from rangecast.cli.options import field_error
+
+        print(f"rangecast: error: {field_error(exc, args)}", file=sys.stderr)
+        return 2
     except RangecastError as exc:
         print(f"rangecast: error: {exc}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rangecast.dht.errors import FieldError
 from rangecast.dht.kademlia import LOOKUP_MODES, ROOT_CACHE
 from rangecast.dht.substrate import DHTS
 from rangecast.sim.options import OptionValueError, finite_float
@@ -163,3 +164,20 @@ __all__ = [
     "add_params",
     "params_from_args",
 ]
+
+
+#: Fields whose option is not ``--`` and the field's name with dashes: (option's dest, flag).
+_FIELD_OPTIONS = {"load_balancing": ("lb", "--lb")}
+
+
+def field_error(exc: FieldError, args: argparse.Namespace) -> str:
+    """A configuration's complaint (``cutoff 2.0: must be in (4 x widen, 1]``) as the command
+    line says it: every field the command offers as an option named by that option
+    (``--cutoff 2.0: ...``), the others by their own names. The one place field names become
+    option names, for every command (the parsed ``args`` say which options it has)."""
+
+    def name_of(name: str) -> str:
+        dest, flag = _FIELD_OPTIONS.get(name, (name, "--" + name.replace("_", "-")))
+        return flag if dest in vars(args) else name
+
+    return exc.message(name_of)

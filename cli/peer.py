@@ -89,10 +89,48 @@ def _peer_start(args: argparse.Namespace) -> int:
     if args.root_cache < 0:
         raise LocalProtocolError(f"--root-cache must be >= 0, got {args.root_cache}")
     state = StateDir(args.state) if args.state else None
+    # Read-only: what an earlier run saved (the address, the peers it knew, the DHT).
+    saved = state.read() if state is not None else {}
+    listen = args.listen
+    if listen is None:
+        previous = saved.get("address")
+        listen = previous if isinstance(previous, str) else "127.0.0.1:0"
+    host, port = parse_endpoint(listen)
+    contacts = [parse_endpoint(j) for j in args.join]
+    remembered = False
+    if not contacts and not args.alone:
+        known = saved.get("known_peers")
+        if isinstance(known, list) and known:
+            contacts = [parse_endpoint(str(k)) for k in known]
+            remembered = True
+    dht = str(args.dht or saved.get("dht") or "pastry")
+    if saved.get("dht") not in (None, dht):
+        raise LocalProtocolError(
+            f"this state directory belongs to a {saved['dht']} peer; --dht {dht} cannot reuse it"
+        )
+    kademlia = replace(RUNTIME_KADEMLIA, lookup=args.lookup, root_cache=args.root_cache)
+    spec = SUBSTRATES.get(dht)  # an unknown name: PeerConfig says which ones there are
+    if args.lookup != "iterative" and not (spec is not None and spec.has_lookup):
+        raise LocalProtocolError("--lookup applies to --dht kademlia only")
+    # The whole configuration is built, hence checked, before the state directory is touched:
+    # a bad option leaves no key pair behind.
+    config = PeerConfig(
+        host=host,
+        port=port,
+        dht=dht,
+        kademlia=kademlia,
+        capacity=args.capacity,
+        overlay=replace(RUNTIME_OVERLAY, probe=args.probe, delivery=args.delivery),
+        # Remembered peers may all be gone for a while (a whole swarm restarting): keep trying.
+        join_retry_max_s=30.0 if remembered else 0.0,
+        alone_if_unreachable=args.alone_if_unreachable,
+        id_difficulty=args.id_difficulty,
+        client_tokens=tokens,
+        swarm_key=swarm_key,
+    )
     if state is not None:
         try:
             identity, created = state.load_identity(check_difficulty(args.id_difficulty))
-            saved = state.read()
             epoch = state.next_epoch()
         except OSError as exc:
             # Name the file at fault if it lies inside the directory, else the directory given
@@ -109,51 +147,17 @@ def _peer_start(args: argparse.Namespace) -> int:
             args.state,
         )
     else:
-        identity, saved, epoch = Identity.generate(check_difficulty(args.id_difficulty)), {}, None
+        identity, epoch = Identity.generate(check_difficulty(args.id_difficulty)), None
         log.info("no --state: a fresh identity %s, forgotten on exit", identity.node_id.hex())
-    listen = args.listen
-    if listen is None:
-        previous = saved.get("address")
-        listen = previous if isinstance(previous, str) else "127.0.0.1:0"
-    host, port = parse_endpoint(listen)
-    contacts = [parse_endpoint(j) for j in args.join]
-    remembered = False
-    if not contacts and not args.alone:
-        known = saved.get("known_peers")
-        if isinstance(known, list) and known:
-            contacts = [parse_endpoint(str(k)) for k in known]
-            log.info("rejoining through %d peers remembered in the state directory", len(contacts))
-            remembered = True
-    dht = str(args.dht or saved.get("dht") or "pastry")
-    if saved.get("dht") not in (None, dht):
-        raise LocalProtocolError(
-            f"this state directory belongs to a {saved['dht']} peer; --dht {dht} cannot reuse it"
-        )
+    if remembered:
+        log.info("rejoining through %d peers remembered in the state directory", len(contacts))
     if state is not None and saved.get("dht") is None:
         try:
-            state.write({**saved, "dht": dht})
+            state.write({**state.read(), "dht": dht})
         except OSError as exc:
             raise LocalProtocolError(
                 f"cannot write the state directory {args.state}: {exc.strerror or exc}"
             ) from None
-    kademlia = replace(RUNTIME_KADEMLIA, lookup=args.lookup, root_cache=args.root_cache)
-    spec = SUBSTRATES.get(dht)  # an unknown name: PeerConfig says which ones there are
-    if args.lookup != "iterative" and not (spec is not None and spec.has_lookup):
-        raise LocalProtocolError("--lookup applies to --dht kademlia only")
-    config = PeerConfig(
-        host=host,
-        port=port,
-        dht=dht,
-        kademlia=kademlia,
-        capacity=args.capacity,
-        overlay=replace(RUNTIME_OVERLAY, probe=args.probe, delivery=args.delivery),
-        # Remembered peers may all be gone for a while (a whole swarm restarting): keep trying.
-        join_retry_max_s=30.0 if remembered else 0.0,
-        alone_if_unreachable=args.alone_if_unreachable,
-        id_difficulty=args.id_difficulty,
-        client_tokens=tokens,
-        swarm_key=swarm_key,
-    )
     peer = PeerRuntime(identity, schemas, config, state=state, epoch=epoch)
 
     async def main() -> None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rangecast.dht.core import DhtCore, DropStats
-from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
+from rangecast.dht.errors import FieldError, LocalProtocolError, RemoteProtocolError
 from rangecast.dht.routing import Peer
 from rangecast.dht.timers import TimerHeap
 from rangecast.dht.wire import MAX_FRAME_BYTES, Codec, Handle, Message
@@ -115,41 +115,51 @@ class OverlayConfig:
     max_leaf_share: float = 0.25
 
     def __post_init__(self) -> None:
+        # Each complaint names the field at fault and its value (FieldError); the command
+        # line shows the options' names instead (cli.options.field_error).
+        def bad(name: str, why: str) -> FieldError:
+            return FieldError(name, getattr(self, name), why)
+
         if not 1 <= self.max_probe_level <= MAX_DEPTH:
-            raise LocalProtocolError(f"max_probe_level must be in [1, {MAX_DEPTH}]")
-        if not 0 <= self.min_level <= self.max_level <= MAX_DEPTH:
-            raise LocalProtocolError("need 0 <= min_level <= max_level <= 60")
+            raise bad("max_probe_level", f"must be in [1, {MAX_DEPTH}]")
+        if not 0 <= self.min_level <= MAX_DEPTH:
+            raise bad("min_level", f"must be in [0, {MAX_DEPTH}]")
+        if not 0 <= self.max_level <= MAX_DEPTH:
+            raise bad("max_level", f"must be in [0, {MAX_DEPTH}]")
+        if self.min_level > self.max_level:
+            raise bad("min_level", f"must be at most {{max_level}} ({self.max_level})")
         if not 0.0 <= self.p <= 1.0:
-            raise LocalProtocolError("p must be a probability")
+            raise bad("p", "must be a probability, in [0, 1]")
         if not 1 <= self.max_depth <= MAX_DEPTH:
-            raise LocalProtocolError(f"max_depth must be in [1, {MAX_DEPTH}]")
+            raise bad("max_depth", f"must be in [1, {MAX_DEPTH}]")
         if not 4096 <= self.max_leaf_bytes <= MAX_FRAME_BYTES // 2:
-            raise LocalProtocolError(
-                f"max_leaf_bytes must be in [4096, {MAX_FRAME_BYTES // 2}] (half a frame)"
-            )
+            raise bad("max_leaf_bytes", f"must be in [4096, {MAX_FRAME_BYTES // 2}] (half a frame)")
         if not 0.0 < self.max_leaf_share <= 1.0:
-            raise LocalProtocolError("max_leaf_share must be in (0, 1]")
+            raise bad("max_leaf_share", "must be in (0, 1]")
         if not 0.0 <= self.widen < 0.01:
-            raise LocalProtocolError("widen must be in [0, 0.01)")
+            raise bad("widen", "must be in [0, 0.01)")
         if self.load_balancing and not 4 * self.widen < self.cutoff <= 1.0:
-            raise LocalProtocolError("cutoff must be in (4 * widen, 1]")
+            raise bad("cutoff", f"must be in (4 x {{widen}}, 1] ({{widen}} {self.widen:g})")
         if self.probe not in ("unicast", "multicast"):
-            raise LocalProtocolError(f"probe must be 'unicast' or 'multicast', not {self.probe!r}")
+            raise bad("probe", "must be 'unicast' or 'multicast'")
         if self.forward not in ("probe", "unicast"):
-            raise LocalProtocolError(f"forward must be 'probe' or 'unicast', not {self.forward!r}")
+            raise bad("forward", "must be 'probe' or 'unicast'")
         if self.delivery not in ("unicast", "multicast", "lbdd"):
-            raise LocalProtocolError(
-                f"delivery must be 'unicast', 'multicast' or 'lbdd', not {self.delivery!r}"
-            )
+            raise bad("delivery", "must be 'unicast', 'multicast' or 'lbdd'")
         if self.lbdd_min_subscribers < 2:
-            raise LocalProtocolError("lbdd_min_subscribers must be >= 2")
+            raise bad("lbdd_min_subscribers", "must be >= 2")
         if not 1 <= self.replicas <= 9:
-            raise LocalProtocolError("replicas must be in [1, 9] (the leaf set's half plus one)")
-        if self.handoff_wait_s < 0 or self.reconcile_s <= 0 or self.refresh_s <= 0:
-            raise LocalProtocolError("need handoff_wait_s >= 0, reconcile_s > 0, refresh_s > 0")
+            raise bad("replicas", "must be in [1, 9] (the leaf set's half plus one)")
+        if self.handoff_wait_s < 0:
+            raise bad("handoff_wait_s", "must be >= 0")
+        if self.reconcile_s <= 0:
+            raise bad("reconcile_s", "must be > 0")
+        if self.refresh_s <= 0:
+            raise bad("refresh_s", "must be > 0")
         if self.expire_after_s != math.inf and not self.expire_after_s >= 2 * self.refresh_s:
-            raise LocalProtocolError(
-                "expire_after_s must be inf (off) or at least 2 x refresh_s (a finite refresh)"
+            raise bad(
+                "expire_after_s",
+                "must be inf (off) or at least 2 x {refresh_s} (a finite refresh)",
             )
 
 

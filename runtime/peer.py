@@ -48,7 +48,13 @@ from typing import Any
 
 import trio
 
-from rangecast.dht.errors import LocalProtocolError, RangecastError, RemoteProtocolError, WireError
+from rangecast.dht.errors import (
+    FieldError,
+    LocalProtocolError,
+    RangecastError,
+    RemoteProtocolError,
+    WireError,
+)
 from rangecast.dht.healing import HEAL_S
 from rangecast.dht.kademlia import KademliaConfig, KademliaNode
 from rangecast.dht.messages import Direct, HopAck, Route, RouteDone
@@ -204,6 +210,8 @@ class PeerConfig:
     def __post_init__(self) -> None:
         if self.dht not in DHTS:
             raise LocalProtocolError(f"dht must be one of {', '.join(DHTS)}, got {self.dht!r}")
+        if self.capacity < 1:
+            raise FieldError("capacity", self.capacity, "must be >= 1 (subscriptions a leaf holds)")
         check_difficulty(self.id_difficulty)
 
     @property

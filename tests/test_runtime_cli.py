@@ -560,3 +560,41 @@ def test_the_whole_command_tree_is_still_one_parser() -> None:
         assert command in out.stdout
     bad = rc("nosuch")
     assert bad.returncode == 2 and "sim" in bad.stderr and "publish" in bad.stderr, bad.stderr
+
+
+# ------------------------------------------------------------------ issue 30: options first
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "want"),
+    [
+        ("--capacity", "0", "--capacity 0: must be >= 1"),
+        ("--capacity", "-3", "--capacity -3: must be >= 1"),
+    ],
+)
+def test_peer_start_refuses_a_bad_option_before_making_an_identity(
+    option: str, value: str, want: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30 item 2: the whole configuration is checked before the state directory is
+    touched: one line naming the option and its value, exit 2, and no key pair left behind."""
+    from rangecast.cli.main import main
+
+    state = tmp_path / "state"
+    port = free_base(1, *PORTS)
+    code = main(["peer", "start", "--state", str(state), option, value,
+                 "--listen", f"127.0.0.1:{port}"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [x for x in err.strip().splitlines() if " INFO " not in x]
+    assert lines == [f"rangecast: error: {want} (subscriptions a leaf holds)"], err
+    assert not state.exists()
+
+
+def test_a_bare_rangecast_prints_the_help() -> None:
+    """Issue 30 item 3: no arguments is a question, not a mistake: the usage and the
+    commands, exit 0."""
+    out = rc()
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: rangecast") and out.stderr == ""
+    for command in ("sim", "report", "peer", "swarm", "subscribe", "publish"):
+        assert f"    {command} " in out.stdout

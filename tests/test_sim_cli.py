@@ -244,3 +244,40 @@ def test_airquality_reports_used_and_skipped_columns() -> None:
     assert len(c["columns_used"]) == 13 and c["columns_used"][0] == "CO(GT)"
     assert [k["name"] for k in c["skipped_columns"]] == ["Date", "Time"]
     assert c["renamed_columns"] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        (["--cutoff", "2", "--lb", "on"], "--cutoff 2.0: must be in (4 x widen, 1] (widen 0.001)"),
+        (["--p", "1.5"], "--p 1.5: must be a probability, in [0, 1]"),
+        (["--min-level", "99"], "--min-level 99: must be in [0, 60]"),
+        (["--min-level", "5", "--max-level", "4"], "--min-level 5: must be at most --max-level"),
+    ],
+)
+def test_overlay_options_are_named_with_their_value(
+    args: list[str], want: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30 item 2: a bad overlay option of ``sim run thesis`` names the option and its
+    value (not OverlayConfig's field), in one line, exit 2, before anything runs."""
+    from rangecast.cli.main import main
+
+    assert main(["sim", "run", "thesis", "--nodes", "30", "--events", "5", *args]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"rangecast: error: {want}"), err
+
+
+def test_overlay_config_errors_name_the_field_in_python() -> None:
+    """Outside the command line the field is named as in Python; the error survives a trip
+    to a sweep's worker process (pickled from its parts)."""
+    import pickle
+
+    from rangecast.dht.errors import FieldError
+    from rangecast.pubsub.base import OverlayConfig
+
+    with pytest.raises(FieldError) as err:
+        OverlayConfig(load_balancing=True, cutoff=2.0)
+    assert str(err.value) == "cutoff 2.0: must be in (4 x widen, 1] (widen 0.001)"
+    again = pickle.loads(pickle.dumps(err.value))
+    assert (again.field, again.value, str(again)) == ("cutoff", 2.0, str(err.value))

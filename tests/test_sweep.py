@@ -114,7 +114,10 @@ BAD_PLANS = [
     ("[grid]\nlatency = ['nowhere.txt']\n", "[grid] latency[0]: 'nowhere.txt' is not a file"),
     ("[base]\nevents_from = 'no.csv'\n", "[base] events_from: 'no.csv' is not a file"),
     ("[grid]\nnodes = [10, 0]\n", "run r001_nodes-0_seed-1 (nodes=0, seed=1): --nodes must be"),
-    ("[base]\nprobe = 'carrier-pigeon'\n", "probe must be 'unicast' or 'multicast'"),
+    (
+        "[base]\nprobe = 'carrier-pigeon'\n",
+        "probe carrier-pigeon: must be 'unicast' or 'multicast'",
+    ),
     ("[base\n", "not valid TOML"),
     ("scenarios = ['siena', 'chaos']\n", "'scenarios' 'chaos' is not known"),
     ("scenarios = ['siena', 'siena']\n", "'scenarios' lists a scenario twice"),

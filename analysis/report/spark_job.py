@@ -150,10 +150,43 @@ def expand(path: Path) -> list[Path] | None:
     if (path / "run.json").exists() or not table.is_file():
         return None
     try:
-        systems = json.loads(table.read_text()).get("systems") or []
-    except (OSError, ValueError):
-        return None
+        doc = json.loads(table.read_text())
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{table}: unreadable: {_one_line(exc)}") from exc
+    systems = doc.get("systems") if isinstance(doc, dict) else None
+    if not isinstance(systems, list):
+        raise ReportError(f"{table}: not a 'sim compare' table (no list of systems)")
     return [path / str(s) for s in systems]
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error's message on one line (pyarrow's and json's can span several)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def check_parquet(path: Path) -> None:
+    """Refuse, in one line naming the file, a Parquet file Spark could not read (truncated,
+    overwritten, not Parquet at all), before Spark starts: Spark would fail a minute later with
+    a Java traceback. Cheap: the footer, and every column chunk lying inside the file."""
+    import pyarrow.parquet as pq
+
+    try:
+        size = path.stat().st_size
+        meta = pq.ParquetFile(path).metadata
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in range(group.num_columns):
+                chunk = group.column(c)
+                offsets = (chunk.dictionary_page_offset, chunk.data_page_offset)
+                start = min((o for o in offsets if o), default=0)
+                if start + chunk.total_compressed_size > size:
+                    raise ValueError(
+                        f"row group {g}, column {chunk.path_in_schema} lies past the end of "
+                        f"the file ({size} bytes)"
+                    )
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise ReportError(f"{path}: damaged Parquet file: {_one_line(exc)}") from exc
 
 
 def load_runs(dirs: Sequence[Path | str]) -> list[RunLog]:
@@ -168,8 +201,8 @@ def load_runs(dirs: Sequence[Path | str]) -> list[RunLog]:
         try:
             doc = json.loads(meta.read_text())
         except (OSError, ValueError) as exc:
-            raise ReportError(f"{meta}: unreadable: {exc}") from exc
-        if doc.get("format") != FORMAT:
+            raise ReportError(f"{meta}: unreadable: {_one_line(exc)}") from exc
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ReportError(f"{meta}: not a {FORMAT} file")
         run = RunLog(i, path, doc)
         missing = [t for t in ("messages", "nodes") if not run.has(t)]
@@ -177,6 +210,10 @@ def load_runs(dirs: Sequence[Path | str]) -> list[RunLog]:
             missing = [t for t in THESIS_TABLES if not run.has(t)]
         if missing:
             raise ReportError(f"{path}: missing {', '.join(t + '.parquet' for t in missing)}")
+        # Every table of the log, not only those this kind's figures read (the systems'
+        # comparison reads others): a damaged one is refused here, before Spark starts.
+        for table in sorted(path.glob("*.parquet")):
+            check_parquet(table)
         runs.append(run)
     return runs
 
