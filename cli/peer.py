@@ -655,9 +655,26 @@ def add_runtime_parsers(top: Any) -> None:
         help="id puzzle: leading zero bits a key must have; a new key is ground to it, and "
         "peers whose keys fall short are refused (0: off; every peer of a swarm should agree)",
     )
-    start.add_argument("--probe", choices=("unicast", "multicast"), default="unicast")
-    start.add_argument("--delivery", choices=("unicast", "multicast", "lbdd"), default="unicast")
-    start.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    start.add_argument(
+        "--probe",
+        choices=("unicast", "multicast"),
+        default="unicast",
+        help="how an event's probes travel: one message per target (the thesis' baseline) or "
+        "grouped per next hop (thesis 3.4.2); every peer of a swarm should use the same",
+    )
+    start.add_argument(
+        "--delivery",
+        choices=("unicast", "multicast", "lbdd"),
+        default="unicast",
+        help="how a leaf notifies its matched subscribers: one message each, grouped per next "
+        "hop, or LBDD's load-balanced dissemination tree",
+    )
+    start.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="the least severe log records written to stderr (default: info)",
+    )
     start.add_argument(
         "--client-tokens",
         metavar="FILE",
@@ -673,7 +690,7 @@ def add_runtime_parsers(top: Any) -> None:
     start.set_defaults(func=_peer_start)
 
     status = peers.add_parser("status", help="a peer's id, leaf set, tables and counters")
-    status.add_argument("--via", metavar="HOST:PORT", required=True)
+    status.add_argument("--via", metavar="HOST:PORT", required=True, help="the peer to ask")
     _add_token(status)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=_peer_status)
@@ -698,9 +715,18 @@ def add_runtime_parsers(top: Any) -> None:
     )
     sub.set_defaults(func=_subscribe)
 
-    pub = top.add_parser("publish", help="publish one event through a peer")
+    pub = top.add_parser(
+        "publish",
+        help="publish one event through a peer",
+        description="Publishes one event, given as ATTR=VALUE pairs of the schema's attributes "
+        "(an attribute left out is absent: a partial event), and prints its event id as JSON. "
+        "Exit status: 0 once the peer accepted it, 2 on a mistake or a refusal (the peer's "
+        "reason on one line).",
+    )
     _add_via_and_schema(pub)
-    pub.add_argument("values", metavar="ATTR=VALUE", nargs="+")
+    pub.add_argument(
+        "values", metavar="ATTR=VALUE", nargs="+", help="e.g. Attr1=12.5 Attr4=3 (finite numbers)"
+    )
     pub.set_defaults(func=_publish)
 
 

@@ -355,6 +355,8 @@ class StateDir:
             data = json.loads(path.read_text())
         except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
             return {}
+        except NotADirectoryError:
+            raise LocalProtocolError(f"--state {self.path}: not a directory") from None
         except OSError as exc:
             raise LocalProtocolError(f"cannot read {path}: {exc.strerror or exc}") from None
         return data if isinstance(data, dict) else {}

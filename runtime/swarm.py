@@ -302,6 +302,10 @@ def up(args: SwarmSpec) -> int:
         raise LocalProtocolError("ports base-port .. base-port+n-1 must lie in 1024..65535")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise LocalProtocolError(f"--timeout must be a positive number, got {args.timeout}")
+    if args.root_cache < 0:  # as `peer start` and `sim route` refuse it, whatever the DHT
+        raise LocalProtocolError(f"--root-cache {args.root_cache}: must be >= 0")
+    if args.capacity < 1:
+        raise LocalProtocolError(f"--capacity {args.capacity}: must be >= 1")
     if args.schema:
         from rangecast.pubsub.schema import builtin_schemas
 

@@ -25,6 +25,7 @@ from rangecast.sim.network import DhtConfig, SimNetwork
 from rangecast.sim.options import finite_float, non_negative_float
 from rangecast.sim.percentiles import percentile
 from rangecast.sim.scenario import (
+    LATENCY_HELP,
     OnDht,
     Scenario,
     TimedResult,
@@ -33,6 +34,23 @@ from rangecast.sim.scenario import (
     param,
     substrate_title,
 )
+
+#: Peak resident memory of ``sim route``: per node and the process's own (4.96 GiB at
+#: 1,000,000 nodes, docs/simulator.md), for the up-front check of a size that cannot fit.
+ROUTE_BYTES_PER_NODE = 5_200
+ROUTE_BASE_BYTES = 200 * 2**20
+
+
+def _available_bytes() -> int | None:
+    """``MemAvailable`` of /proc/meminfo (None where there is none to read)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +69,7 @@ class RouteParams(OnDht):
         "simulated seconds of failure detection and repair after crashing",
         type=non_negative_float,
     )
-    latency: str = param("synthetic", "'synthetic' or the path of a square RTT matrix (ms)")
+    latency: str = param("synthetic", LATENCY_HELP)
     lookup_rate_per_s: float = param(
         10000.0, "lookups injected per simulated second (Poisson)", flag="--lookup-rate"
     )
@@ -77,6 +95,14 @@ class RouteParams(OnDht):
             raise LocalProtocolError("--repair-s must be >= 0 and the lookup rate > 0")
         if self.keepalives not in ("auto", "on", "off"):
             raise LocalProtocolError("--keepalives must be 'auto', 'on' or 'off'")
+        need = ROUTE_BASE_BYTES + self.nodes * ROUTE_BYTES_PER_NODE
+        have = _available_bytes()
+        if have is not None and need > have:
+            # Said before minutes of node placement, not found out at the end of them.
+            raise LocalProtocolError(
+                f"--nodes {self.nodes:,}: needs about {need / 2**30:,.1f} GiB (about 5 KB a node, "
+                f"measured at 1,000,000 nodes), this machine has {have / 2**30:,.1f} GiB available"
+            )
 
     def keepalives_on(self) -> bool:
         """Keep-alives detect failed leaves. In a run where no node fails and no message is
@@ -170,9 +196,14 @@ class RouteResult(TimedResult):
                 f"  joins              {j['completed']:,}/{j['joins']:,} completed, "
                 f"{j['leafset_mismatches']} leaf sets differ from the oracle"
             )
+        root = (
+            f"{r['correct_root_fraction']:.4%} "
+            f"({r['delivered']:,} delivered, {r['duplicate_deliveries']} duplicates)"
+            if r["delivered"]
+            else "- (no lookup delivered)"
+        )
         lines += [
-            f"  correct root       {r['correct_root_fraction']:.4%} "
-            f"({r['delivered']:,} delivered, {r['duplicate_deliveries']} duplicates)",
+            f"  correct root       {root}",
             f"  hops               mean {r['mean_hops']:.3f}  p99 {r['p99_hops']:g}  "
             f"max {r['max_hops']}  (log16 N = {r['log16_n']:.2f})",
             f"  latency            mean {r['mean_latency_ms']:.1f} ms",

@@ -58,13 +58,18 @@ MESSAGES_SCHEMA = pa.schema(
 
 def prepare_dir(out: Path | str, *, force: bool = False) -> Path:
     """Create ``out`` for a new log; refuse one that already holds a run unless ``force``, and
-    one the run could not write into, before any work starts (naming the path)."""
+    one the run could not write into, before any work starts (naming the path). A directory
+    holding only an interrupted run's log (its tables, no ``run.json``: written last) is
+    replaced without ``force``: it cannot be read, so nothing is lost."""
     path = Path(out)
+    ours = {"run.json", *(f"{t}.parquet" for t in TABLES)}
     try:
         if path.exists() and not path.is_dir():
             raise LocalProtocolError(f"--out {path}: exists and is not a directory")
-        if path.is_dir() and any(path.iterdir()):
-            if not force:
+        names = {p.name for p in path.iterdir()} if path.is_dir() else set()
+        if names:
+            interrupted = names <= ours and "run.json" not in names
+            if not force and not interrupted:
                 raise LocalProtocolError(
                     f"--out {path}: directory is not empty (an earlier run?); use --force to "
                     "replace"

@@ -86,7 +86,9 @@ class ThesisParams(OnDht):
     lb: bool = param(False, "load balancing with a cut-off line per attribute", style="on-off")
     partial: str = param(
         "strict",
-        "rule for events that lack an attribute a subscription constrains",
+        "rule for events that lack an attribute a subscription constrains (generated events "
+        "lack none, so both rules give the same run: it matters with --events-from and "
+        "--missing)",
         choices=("strict", "lenient"),
     )
     events_from: str | None = events_from_param()
@@ -168,6 +170,11 @@ THESIS_SETTING = ThesisParams()
 THESIS_SUBSCRIPTIONS = 5_000
 
 
+def _count(n: int, word: str) -> str:
+    """``1 node``, ``2 nodes``."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
 def thesis_comparison(params: ThesisParams, subscriptions: int, events: int) -> dict[str, Any]:
     """Whether a run's figures may be set next to the thesis' (``applies``), and if not, each
     way its setting differs from the thesis' (``differences``, readable). The latency model is
@@ -176,11 +183,13 @@ def thesis_comparison(params: ThesisParams, subscriptions: int, events: int) -> 
     t = THESIS_SETTING
     diffs: list[str] = []
     if params.nodes != t.nodes:
-        diffs.append(f"{params.nodes:,} nodes, thesis ran {t.nodes:,}")
+        diffs.append(f"{_count(params.nodes, 'node')}, thesis ran {t.nodes:,}")
     if subscriptions != THESIS_SUBSCRIPTIONS:
-        diffs.append(f"{subscriptions:,} subscriptions, thesis installed {THESIS_SUBSCRIPTIONS:,}")
+        diffs.append(
+            f"{_count(subscriptions, 'subscription')}, thesis installed {THESIS_SUBSCRIPTIONS:,}"
+        )
     if events != t.events:
-        diffs.append(f"{events:,} events, thesis published {t.events:,}")
+        diffs.append(f"{_count(events, 'event')}, thesis published {t.events:,}")
     if params.workload != t.workload:
         diffs.append(f"the {params.workload} workload, thesis ran its own (Table 4.3)")
     if params.events_from is not None:

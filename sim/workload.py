@@ -66,7 +66,8 @@ or a word such as ``NA``, compared as text) become ``None``. A column is numeric
 other cell parses as a finite float; a column where none does (``Date``, ``Time``) is skipped,
 and so is one that mixes numbers and words, with the first word and its line in the reason
 (``--missing WORD`` turns such cells into absent values); a selected column that is not numeric
-is an error naming the line. Columns with a blank header are ignored. Every numeric column
+is an error naming the line. Columns with a blank header are skipped (and listed so). Every
+numeric column
 becomes a float attribute, whose domain is the observed ``[min, max]`` of its present values
 (widened to ``[v - 0.5, v + 0.5]`` when all values are equal, since a domain needs
 ``min < max``); a column with no present value at all is skipped, and one whose range a float
@@ -481,6 +482,8 @@ class CsvEvents:
             taken: set[str] = set()
             for j, h in enumerate(headers):
                 if not h:
+                    # Said, not silently dropped: a column without a name is not read.
+                    skipped_columns.append((f"column {j + 1}", "blank header"))
                     continue
                 name = base = attribute_name(h)
                 k = 2

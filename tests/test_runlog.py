@@ -148,3 +148,28 @@ def test_route_and_lbdd_logs(tmp_path: Path) -> None:
         msgs = pq.read_table(out / "messages.parquet")
         assert msgs.num_rows == result["sim_messages"]
         assert pq.read_table(out / "nodes.parquet").num_rows >= 1
+
+
+def test_an_interrupted_log_is_replaced_without_force(tmp_path: Path) -> None:
+    """Issue 30 item 6: a directory holding only tables and no run.json (a run interrupted
+    before its last write) is replaced; one holding a complete log, or anything else, is not
+    without --force."""
+    from rangecast.dht.errors import LocalProtocolError
+    from rangecast.sim.runlog import prepare_dir
+
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "messages.parquet").write_bytes(b"half a table")
+    assert prepare_dir(cut) == cut and not any(cut.iterdir())
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "messages.parquet").write_bytes(b"x")
+    (done / "run.json").write_text("{}")
+    with pytest.raises(LocalProtocolError, match="not empty"):
+        prepare_dir(done)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(LocalProtocolError, match="not empty"):
+        prepare_dir(other)
+    assert prepare_dir(done, force=True) == done

@@ -598,3 +598,19 @@ def test_a_bare_rangecast_prints_the_help() -> None:
     assert out.stdout.startswith("usage: rangecast") and out.stderr == ""
     for command in ("sim", "report", "peer", "swarm", "subscribe", "publish"):
         assert f"    {command} " in out.stdout
+
+
+def test_small_mistakes_name_the_option(tmp_path: Path) -> None:
+    """Issue 30 item 6: a --state that is a file, and a negative --root-cache for `swarm up`
+    (refused by `peer start` and `sim route` already): one line naming the option, exit 2,
+    nothing made."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    out = rc("peer", "start", "--state", str(a_file), "--listen", "127.0.0.1:7999")
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        f"rangecast: error: --state {a_file}: not a directory"
+    ]
+    swarm_dir = tmp_path / "sw"
+    out = rc("swarm", "up", "--dir", str(swarm_dir), "-n", "2", "--root-cache", "-1")
+    assert out.returncode == 2 and "--root-cache -1: must be >= 0" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not swarm_dir.exists()

@@ -281,3 +281,17 @@ def test_overlay_config_errors_name_the_field_in_python() -> None:
     assert str(err.value) == "cutoff 2.0: must be in (4 x widen, 1] (widen 0.001)"
     again = pickle.loads(pickle.dumps(err.value))
     assert (again.field, again.value, str(again)) == ("cutoff", 2.0, str(err.value))
+
+
+def test_a_route_size_that_cannot_fit_is_refused_up_front(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30 item 5: `sim route --nodes 100000000` printed nothing for 300 s; a size whose
+    estimated memory exceeds what is available is refused at once, naming both."""
+    from rangecast.dht.errors import LocalProtocolError
+    from rangecast.sim import route_experiment as re_
+
+    monkeypatch.setattr(re_, "_available_bytes", lambda: 2**30)
+    with pytest.raises(LocalProtocolError, match=r"--nodes 1,000,000: needs about 5\.0 GiB"):
+        re_.RouteParams(nodes=1_000_000).check()
+    re_.RouteParams(nodes=10_000).check()  # 250 MiB: fits
+    monkeypatch.setattr(re_, "_available_bytes", lambda: None)  # nothing to read: no check
+    re_.RouteParams(nodes=1_000_000).check()

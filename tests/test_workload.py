@@ -380,6 +380,7 @@ def test_csv_small_file(tmp_path: Path) -> None:
     assert (flat.min, flat.max) == (6.5, 7.5)  # constant column widened by 1
     d = c.describe()
     assert d["skipped_columns"] == [
+        {"name": "column 6", "reason": "blank header"},
         {"name": "Date", "reason": "not numeric"},
         {"name": "label", "reason": "not numeric"},
         {"name": "gone", "reason": "no values (all missing)"},
@@ -458,6 +459,15 @@ def test_csv_any_header_is_renamed_and_reported(tmp_path: Path) -> None:
     notes = c.notes()
     assert "renamed columns: '0' -> _0" in notes[-1]
     assert "skipped columns: 'when' (not numeric)" in notes[1]
+
+
+def test_csv_blank_and_repeated_headers_are_reported(tmp_path: Path) -> None:
+    """Issue 30 item 6: ``a,,a`` used to drop the blank column without a word."""
+    c = CsvEvents.load(_write(tmp_path, "h.csv", "a,,a\n1,2,3\n4,5,6\n"))
+    assert c.schema.names() == ("a", "a_2")
+    assert c.skipped_columns == [("column 2", "blank header")]
+    assert c.renamed() == [("a", "a_2")]
+    assert c.events == [(1.0, 3.0), (4.0, 6.0)]
 
 
 def test_csv_columns_option_selects_orders_and_names(tmp_path: Path) -> None:
