@@ -14,11 +14,13 @@ demo: $(VENV)/.installed
 	$(BIN)/rangecast report $(DEMO) --out-dir $(DEMO)/report
 
 # The tests CI runs: the fast suite (slow scenario tests are marked and skipped), the linter and
-# the type checker (on the packages [tool.mypy] names).
+# the type checker (on the packages [tool.mypy] names). Two worker processes, a test file each
+# at a time (pytest-xdist, --dist loadfile): every file that starts peers picks its ports in its
+# own range, so two files never collide; 7 min instead of 12 on the 2-core machine.
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # Everything, slow scenarios included.
 test-all: $(VENV)/.installed-test
