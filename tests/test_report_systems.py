@@ -97,3 +97,16 @@ def test_a_workload_over_seeds_gets_a_table_of_means_and_intervals(
     siena = spread.data[1]
     assert siena["seeds"] == 2 and len(siena["messages_per_event"]) == 2
     assert " ± " in spread.rows[1][1]  # msgs/event: mean ± half width
+
+
+def test_the_runs_table_shows_no_setting_a_run_does_not_have(compared: Path) -> None:
+    """Issue 30 item 3: the runs table listed every parameter that differed across kinds on
+    every row (a broker's tree arity on the thesis row, the overlay's on each broker's),
+    pushing the columns that matter off screen; only differences within a kind are shown."""
+    from rangecast.analysis.report.build import run_columns
+    from rangecast.analysis.report.spark_job import RunFigures
+
+    rows = run_columns([RunFigures(r) for r in load_runs([compared])])
+    # One run of each kind: the kind tells them apart, nothing else needs saying.
+    assert rows and all(row["other settings"] == "" for row in rows)
+    assert len({row["kind"] for row in rows}) == len(rows)

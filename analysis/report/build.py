@@ -306,8 +306,8 @@ def run_columns(runs: Sequence[RunFigures]) -> list[dict[str, str]]:
     """The runs table, one dict of column -> text per run (the page and ``--json`` show it).
 
     Named columns for the settings people compare; ``other settings`` for every parameter
-    that differs between the runs of this report and has no column of its own, so no two
-    rows that stand for different runs read alike.
+    that differs between the runs of one kind in this report and has no column of its own, so
+    no two rows that stand for different runs read alike.
     """
     shown = {
         "nodes",
@@ -330,14 +330,23 @@ def run_columns(runs: Sequence[RunFigures]) -> list[dict[str, str]]:
         "seed",
     }
     keys = [tuple(sorted(setting(f.run).items())) for f in runs]
-    diffs = _differing(keys)
+    # Differences among runs of one kind only: the kind column tells kinds apart, and every
+    # other kind's parameters on a row (a broker's tree arity on the thesis row) hid the ones
+    # that tell two runs of a kind apart.
+    diffs: list[list[tuple[str, str]]] = [[] for _ in runs]
+    for kind in {f.run.kind for f in runs}:
+        idx = [i for i, f in enumerate(runs) if f.run.kind == kind]
+        for i, d in zip(idx, _differing([keys[i] for i in idx]), strict=True):
+            diffs[i] = d
     rows = []
     for f, diff in zip(runs, diffs, strict=True):
         run, p = f.run, f.run.params
         ov = p.get("overlay") or {}
         doc = run.doc
         summary = run.summary
-        other = [(n, v) for n, v in diff if n not in shown]
+        # A setting this run does not have (null: another kind's parameter) says nothing about
+        # it; the runs that have it show their value, which keeps the rows apart.
+        other = [(n, v) for n, v in diff if n not in shown and v != "null"]
         # route and LBDD runs: their own few parameters belong here too.
         other += [
             (n, json.dumps(p[n])) for n in ("subscribers", "lookups") if n in p and n not in diff
