@@ -431,6 +431,33 @@ def up(args: SwarmSpec) -> int:
     return 0
 
 
+def status_fields(st: Any) -> dict[str, Any]:
+    """The columns of ``swarm status`` from one peer's status (None: no answer). A reply of
+    the wrong shape or types, from a broken or lying peer, is the row's state
+    ``unreadable``, never a traceback for the whole swarm's status."""
+    empty: dict[str, Any] = dict.fromkeys(
+        ("state", "leaf_set", "routing_entries", "tree_nodes", "rejected")
+    )
+    if st is None:
+        return empty
+    try:
+        state, entries = st["state"], st["routing_table"]["entries"]
+        rejected = st["rejected"]["total"]
+        if not (isinstance(state, str) and isinstance(entries, int)):
+            raise TypeError("state or routing_table.entries")
+        if not isinstance(rejected, int):
+            raise TypeError("rejected.total")
+        return {
+            "state": state,
+            "leaf_set": len(st["neighbours"]),
+            "routing_entries": entries,
+            "tree_nodes": len(st["tree_nodes"]),
+            "rejected": rejected,
+        }
+    except (KeyError, TypeError, IndexError):
+        return {**empty, "state": "unreadable"}
+
+
 def status(dir_: Path, *, as_json: bool = False) -> int:
     """Print each peer's process and overlay state (a table, or JSON); 0 when all are ready."""
     data = _read(dir_)
@@ -450,11 +477,7 @@ def status(dir_: Path, *, as_json: bool = False) -> int:
                     "address": p["address"],
                     "pid": p["pid"],
                     "process": "running" if alive else "gone",
-                    "state": st["state"] if st else None,
-                    "leaf_set": len(st["neighbours"]) if st else None,
-                    "routing_entries": st["routing_table"]["entries"] if st else None,
-                    "tree_nodes": len(st["tree_nodes"]) if st else None,
-                    "rejected": st["rejected"]["total"] if st else None,
+                    **status_fields(st),
                 }
             )
         return rows

@@ -475,3 +475,35 @@ def test_a_peer_restarted_from_its_state_refuses_a_ping_sealed_before(tmp_path: 
     trio.run(main)
     assert out["first"][0] == 0 and out["first"][1] >= 1
     assert out["second"] == {"sealed before this boot": 1}
+
+
+def test_swarm_status_survives_a_peer_reporting_wrong_types() -> None:
+    """A peer whose status has the wrong shape is one ``unreadable`` row of ``swarm status``,
+    not a traceback for the whole swarm."""
+    from rangecast.runtime.swarm import status_fields
+
+    good = {
+        "state": "ready",
+        "neighbours": ["a", "b"],
+        "routing_table": {"entries": 7},
+        "tree_nodes": [1],
+        "rejected": {"total": 0},
+    }
+    assert status_fields(good) == {
+        "state": "ready",
+        "leaf_set": 2,
+        "routing_entries": 7,
+        "tree_nodes": 1,
+        "rejected": 0,
+    }
+    assert status_fields(None)["state"] is None
+    for bad in (
+        {**good, "neighbours": 5},
+        {**good, "routing_table": "x"},
+        {**good, "state": 1},
+        {**good, "rejected": {"total": "many"}},
+        {"state": "ready"},
+        [],
+    ):
+        row = status_fields(bad)
+        assert row["state"] == "unreadable" and row["leaf_set"] is None
