@@ -171,20 +171,14 @@ def readonly_units(reply_bytes: int) -> int:
     return max(1, -(-reply_bytes // READONLY_UNIT_BYTES))
 
 
-class CostBucket:
+class CostBucket(TokenBucket):
     """A token bucket for requests of different costs: one passes whenever the bucket holds a
     unit (``ready``), and its cost is then charged in full (``charge``), into debt if need be,
     which later requests wait out. So one request of any size is always possible from a full
     bucket (a picture's size is known only once it is built), and the average stays at
     ``rate``."""
 
-    __slots__ = ("burst", "last", "rate", "tokens")
-
-    def __init__(self, rate: float, burst: float, now: float) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.tokens = burst
-        self.last = now
+    __slots__ = ()
 
     def ready(self, now: float) -> bool:
         self.tokens = min(self.tokens + max(now - self.last, 0.0) * self.rate, self.burst)

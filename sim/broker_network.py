@@ -212,9 +212,16 @@ class BrokerNode:
         if self.serving:
             self.enqueue(msg, s, now)
         else:
-            if type(msg) is Advertise or type(msg) is Subscribe:
-                self._settle(msg, now)
-            self.broker.receive(msg, s, now)
+            self._to_core(msg, s, now)
+
+    def _to_core(self, msg: Message, src: int, now: float) -> None:
+        """A broker message into the core (on arrival, or when its service starts), noting
+        when an advertisement or a subscription reached this broker (``settled``). A
+        publication, the common case, costs one type test."""
+        t = type(msg)
+        if t is not Publish and (t is Advertise or t is Subscribe):
+            self._settle(msg, now)  # type: ignore[arg-type]
+        self.broker.receive(msg, src, now)
 
     def _settle(self, msg: Advertise | Subscribe, now: float) -> None:
         if type(msg) is Advertise:
@@ -325,9 +332,7 @@ class BrokerNode:
         if src < 0:
             item(broker, t)
         else:
-            if type(item) is Advertise or type(item) is Subscribe:
-                self._settle(item, t)
-            broker.receive(item, src, t)
+            self._to_core(item, src, t)
         self._held = broker.take_messages()
         self._held_events = broker.take_events()
         took = (

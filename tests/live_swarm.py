@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +164,27 @@ async def drain_until_closed(stream: trio.SocketStream) -> None:
             pass
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
+
+
+async def sample_rss(
+    swarm: LiveSwarm, attack: Callable[[], Awaitable[Any]]
+) -> tuple[Any, list[float], list[float]]:
+    """Run ``attack`` while sampling every peer's RSS every 0.1 s: (its result, each peer's
+    RSS before it, each peer's largest sample)."""
+    start = swarm.rss_mib()
+    peaks = list(start)
+
+    def sample() -> None:
+        peaks[:] = [max(a, b) for a, b in zip(peaks, swarm.rss_mib(), strict=True)]
+
+    async def sampler() -> None:
+        while True:
+            sample()
+            await trio.sleep(0.1)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sampler)
+        result = await attack()
+        sample()
+        nursery.cancel_scope.cancel()
+    return result, start, peaks

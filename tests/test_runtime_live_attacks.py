@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AsyncExitStack, suppress
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from live_swarm import (
     exchange,
     leaf_sets_full,
     open_from,
+    sample_rss,
     status,
     wait_for,
 )
@@ -91,30 +92,6 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSwarm]:
             print(f"{name}: {m}")
 
 
-async def _sampling(
-    swarm: LiveSwarm, attack: Callable[[], Awaitable[Any]]
-) -> tuple[Any, list[float], list[float]]:
-    """Run ``attack`` while sampling every peer's RSS every 0.1 s: (its result, each peer's
-    RSS before it, each peer's largest sample)."""
-    start = swarm.rss_mib()
-    peaks = list(start)
-
-    def sample() -> None:
-        peaks[:] = [max(a, b) for a, b in zip(peaks, swarm.rss_mib(), strict=True)]
-
-    async def sampler() -> None:
-        while True:
-            sample()
-            await trio.sleep(0.1)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(sampler)
-        result = await attack()
-        sample()
-        nursery.cancel_scope.cancel()
-    return result, start, peaks
-
-
 def _after(
     swarm: LiveSwarm, name: str, target: int, start: list[float], peaks: list[float], seed: int
 ) -> dict[str, Any]:
@@ -171,7 +148,7 @@ def test_mass_subscribe(swarm: LiveSwarm) -> None:
         await wait_for(lambda: _no_clients(port), 60)
         return {"before": before, "during": during, "accepted": accepted, "refused": refused}
 
-    out, start, peaks = trio.run(_sampling, swarm, attack)
+    out, start, peaks = trio.run(sample_rss, swarm, attack)
     st = _after(swarm, "mass subscribe", target, start, peaks, seed=201)
     before = out["before"]
     assert out["accepted"] == 1500 and out["refused"] == 30 + 1800 - 1500
@@ -214,7 +191,7 @@ def test_publish_flood(swarm: LiveSwarm) -> None:
         await wait_for(lambda: _no_clients(port), 60)
         return {"before": before, **counts}
 
-    out, start, peaks = trio.run(_sampling, swarm, attack)
+    out, start, peaks = trio.run(sample_rss, swarm, attack)
     st = _after(swarm, "publish flood", target, start, peaks, seed=202)
     before = out["before"]
     assert out["accepted"] + out["refused"] == 2 * per
@@ -270,7 +247,7 @@ def test_slowloris_and_half_frames(swarm: LiveSwarm) -> None:
         await wait_for(lambda: _no_clients(port), 60)
         return {"before": before}
 
-    out, start, peaks = trio.run(_sampling, swarm, attack)
+    out, start, peaks = trio.run(sample_rss, swarm, attack)
     st = _after(swarm, "slowloris", target, start, peaks, seed=203)
     before = out["before"]
     delta = {
@@ -315,7 +292,7 @@ def test_a_client_that_never_reads(swarm: LiveSwarm) -> None:
         await wait_for(lambda: _no_clients(port), 60)
         return {"before": before, "published": published, "closed": closed}
 
-    out, start, peaks = trio.run(_sampling, swarm, attack)
+    out, start, peaks = trio.run(sample_rss, swarm, attack)
     st = _after(swarm, "never-reading client", target, start, peaks, seed=204)
     before = out["before"]
     assert _refused(st, q.SLOW_READER) - _refused(before, q.SLOW_READER) == 1
@@ -407,7 +384,7 @@ def test_status_flood(swarm: LiveSwarm) -> None:
         await wait_for(lambda: _no_clients(port), 60)
         return {"before": before, "during": during, "eids": eids, "got": got, **counts}
 
-    out, start, peaks = trio.run(_sampling, swarm, attack)
+    out, start, peaks = trio.run(sample_rss, swarm, attack)
     st = _after(swarm, "status flood", target, start, peaks, seed=207)
     before, eids, got = out["before"], out["eids"], out["got"]
     delta = {
@@ -479,7 +456,7 @@ def test_tree_pages_never_read(swarm: LiveSwarm) -> None:
         await wait_for(lambda: _no_clients(port), 60)
         return {"before": before, "during": during, "page_items": page}
 
-    out, start, peaks = trio.run(_sampling, swarm, attack)
+    out, start, peaks = trio.run(sample_rss, swarm, attack)
     st = _after(swarm, "tree pages never read", target, start, peaks, seed=208)
     before = out["before"]
     reasons = (q.READONLY_RATE, q.READONLY_ADDRESS, q.READONLY_FLOOD, q.READONLY_UNREAD)
@@ -541,7 +518,7 @@ def test_replayed_handshake_openings(swarm: LiveSwarm) -> None:
                 nursery.start_soon(replay, OPENINGS // 12)
         return {"before": before, "answered": answered, "closed": closed}
 
-    out, start, peaks = trio.run(_sampling, swarm, attack)
+    out, start, peaks = trio.run(sample_rss, swarm, attack)
     st = _after(swarm, "replayed handshakes", target, start, peaks, seed=205)
     limited = "handshake rate limited"
     delta = st["rejected"]["runtime"].get(limited, 0) - out["before"]["rejected"]["runtime"].get(
@@ -614,7 +591,7 @@ def test_fake_routing_entries(swarm: LiveSwarm) -> None:
             nursery.cancel_scope.cancel()
         return {"before": before, "after": after}
 
-    out, start, peaks = trio.run(_sampling, swarm, attack)
+    out, start, peaks = trio.run(sample_rss, swarm, attack)
     st = _after(swarm, "fake routing entries", 0, start, peaks, seed=206)
     real = {f"127.0.0.1:{p}" for p in swarm.ports}
     cap = "second-hand entries over the per-message cap"

@@ -26,7 +26,15 @@ from typing import Any
 
 import pytest
 import trio
-from live_swarm import LiveSwarm, exchange, leaf_sets_full, open_from, status, wait_for
+from live_swarm import (
+    LiveSwarm,
+    exchange,
+    leaf_sets_full,
+    open_from,
+    sample_rss,
+    status,
+    wait_for,
+)
 from runtime_harness import oracle_round
 
 from rangecast.pubsub.schema import THESIS_SCHEMA
@@ -112,30 +120,12 @@ def _check(swarm: LiveSwarm, name: str, peaks: list[float], seed: int) -> list[d
     return states
 
 
-def _peaks(swarm: LiveSwarm, attack: Any) -> tuple[Any, list[float]]:
-    peaks = swarm.rss_mib()
-
-    async def run() -> Any:
-        async def sampler() -> None:
-            while True:
-                peaks[:] = [max(a, b) for a, b in zip(peaks, swarm.rss_mib(), strict=True)]
-                await trio.sleep(0.2)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(sampler)
-            result = await attack()
-            nursery.cancel_scope.cancel()
-        return result
-
-    return trio.run(run), peaks
-
-
 def test_random_subscriptions_from_three_addresses(swarm: LiveSwarm) -> None:
     rng = random.Random(29)
     exprs = [_random_expr(rng) for _ in range(10_000)]
     sources = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
     port = swarm.ports[1]
-    out, peaks = _peaks(swarm, lambda: _flood(port, sources, exprs, 834))
+    out, _, peaks = trio.run(sample_rss, swarm, lambda: _flood(port, sources, exprs, 834))
     assert out["accepted"] + out["refused"] == 10_000
     states = _check(swarm, "10,000 random subscriptions", peaks, seed=291)
     MEASURED["random"] = {
@@ -148,7 +138,9 @@ def test_random_subscriptions_from_three_addresses(swarm: LiveSwarm) -> None:
 def test_near_identical_subscriptions_are_bounded_not_fatal(swarm: LiveSwarm) -> None:
     exprs = [_near_identical(k) for k in range(4_500)]
     port = swarm.ports[0]
-    out, peaks = _peaks(swarm, lambda: _flood(port, ["127.0.0.5", "127.0.0.6"], exprs, 900))
+    out, _, peaks = trio.run(
+        sample_rss, swarm, lambda: _flood(port, ["127.0.0.5", "127.0.0.6"], exprs, 900)
+    )
     states = _check(swarm, "4,500 near-identical subscriptions", peaks, seed=292)
     # At most 16 of a kind an address (the identical-subscription quota), the rest refused.
     kinds = {similar(parse_subscription(e, THESIS_SCHEMA), THESIS_SCHEMA) for e in exprs}
@@ -172,7 +164,9 @@ def test_subscriptions_at_one_point_are_refused_past_the_leaf_bound(swarm: LiveS
     # each of another kind, so that the client quotas pass them and the leaf is what bounds.
     exprs = [f"Attr1 >= 0 and Attr2 >= {-10_000 + k * 5.0:.1f}" for k in range(3_000)]
     port = swarm.ports[5]
-    out, peaks = _peaks(swarm, lambda: _flood(port, ["127.0.0.7", "127.0.0.8"], exprs, 750))
+    out, _, peaks = trio.run(
+        sample_rss, swarm, lambda: _flood(port, ["127.0.0.7", "127.0.0.8"], exprs, 750)
+    )
     states = _check(swarm, "3,000 subscriptions at one point", peaks, seed=293)
     refused = sum(st["overlay"]["refused"] + st["overlay"]["refused_share"] for st in states)
     assert out["refused"] > 0 and refused > 0

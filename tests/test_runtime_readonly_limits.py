@@ -257,18 +257,24 @@ def test_a_connection_that_keeps_asking_while_refused_is_closed() -> None:
     assert oracle == (0, 0, 0)
 
 
+def _rates_out_of_the_way(**bytes_bounds: int) -> Quotas:
+    """Read-only rates huge at every scope, so that only the byte bounds given act."""
+    huge = 1e9
+    return Quotas(
+        readonly_rate_per_s=huge,
+        readonly_burst=huge,
+        address_readonly_rate_per_s=huge,
+        address_readonly_burst=huge,
+        peer_readonly_rate_per_s=huge,
+        peer_readonly_burst=huge,
+        **bytes_bounds,  # type: ignore[arg-type]
+    )
+
+
 def test_a_client_that_never_reads_its_tree_pages_is_closed_at_its_byte_bound() -> None:
     """Rates out of the way (huge): only the bytes bound closes it."""
     bound = 256 << 10
-    quotas = Quotas(
-        readonly_rate_per_s=1e9,
-        readonly_burst=1e9,
-        address_readonly_rate_per_s=1e9,
-        address_readonly_burst=1e9,
-        peer_readonly_rate_per_s=1e9,
-        peer_readonly_burst=1e9,
-        readonly_queue_bytes=bound,
-    )
+    quotas = _rates_out_of_the_way(readonly_queue_bytes=bound)
 
     async def main() -> dict[str, Any]:
         async with trio.open_nursery() as nursery:
@@ -370,15 +376,8 @@ def test_honest_paging_of_a_many_page_tree_works_under_the_defaults(
 def test_never_reading_connections_cannot_hold_more_than_the_peers_bound() -> None:
     """Eight never-reading connections each within its own bound: together they pass the
     peer's, and the longest waiting are closed to make room; the peer serves on."""
-    quotas = Quotas(
-        readonly_rate_per_s=1e9,
-        readonly_burst=1e9,
-        address_readonly_rate_per_s=1e9,
-        address_readonly_burst=1e9,
-        peer_readonly_rate_per_s=1e9,
-        peer_readonly_burst=1e9,
-        readonly_queue_bytes=8 << 20,
-        peer_readonly_queue_bytes=512 << 10,
+    quotas = _rates_out_of_the_way(
+        readonly_queue_bytes=8 << 20, peer_readonly_queue_bytes=512 << 10
     )
 
     async def main() -> dict[str, Any]:
