@@ -56,6 +56,7 @@ from rpcudp.exceptions import MalformedMessage
 from rpcudp.protocol import RPCProtocol
 
 from rangecast.dht.errors import LocalProtocolError
+from rangecast.runtime.guard import TokenBucket
 
 log = logging.getLogger("rangecast.kademlia")
 
@@ -116,18 +117,14 @@ class UdpLimits:
     welcome_scan_burst: float = 20.0
 
 
-class _Bucket:
-    """A token bucket on the asyncio loop's clock."""
+class _Bucket(TokenBucket):
+    """The runtime's token bucket, on the asyncio loop's clock, taking costs of any size."""
 
-    __slots__ = ("burst", "rate", "stamp", "tokens")
-
-    def __init__(self, rate: float, burst: float, now: float) -> None:
-        self.rate, self.burst = rate, burst
-        self.tokens, self.stamp = burst, now
+    __slots__ = ()
 
     def take(self, now: float, cost: float = 1.0) -> bool:
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
         if self.tokens < cost:
             return False
         self.tokens -= cost
