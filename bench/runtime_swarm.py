@@ -68,6 +68,7 @@ from rangecast.runtime.client import (
 from rangecast.runtime.inprocess import start_local_swarm
 from rangecast.runtime.peer import RUNTIME_KADEMLIA, PeerConfig, PeerRuntime
 from rangecast.runtime.quotas import DEFAULT_QUOTAS
+from rangecast.sim.percentiles import percentile
 from rangecast.sim.workload import thesis_workload
 
 NAMES = [a.name for a in THESIS_SCHEMA.attributes]
@@ -148,16 +149,6 @@ def leaves_hit(peers: list[PeerRuntime], phase: Phase) -> int:
 # ---------------------------------------------------------------------------------- statistics
 
 
-def quantile(sorted_xs: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), on sorted input."""
-    if len(sorted_xs) == 1:
-        return sorted_xs[0]
-    pos = q * (len(sorted_xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_xs) - 1)
-    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
-
-
 def summarize_ms(xs_s: list[float]) -> dict[str, float | int]:
     """p50 / p99 / mean / max of durations given in seconds, reported in milliseconds."""
     if not xs_s:
@@ -165,8 +156,8 @@ def summarize_ms(xs_s: list[float]) -> dict[str, float | int]:
     s = sorted(xs_s)
     return {
         "n": len(s),
-        "p50_ms": round(quantile(s, 0.50) * 1e3, 3),
-        "p99_ms": round(quantile(s, 0.99) * 1e3, 3),
+        "p50_ms": round(percentile(s, 0.50) * 1e3, 3),
+        "p99_ms": round(percentile(s, 0.99) * 1e3, 3),
         "mean_ms": round(sum(s) / len(s) * 1e3, 3),
         "max_ms": round(s[-1] * 1e3, 3),
         "min_ms": round(s[0] * 1e3, 3),
@@ -669,7 +660,7 @@ def _spread(xs: list[float]) -> dict[str, float]:
     if not xs:
         return {}
     s = sorted(xs)
-    return {"p50": round(quantile(s, 0.5), 3), "p99": round(quantile(s, 0.99), 3), "max": s[-1]}
+    return {"p50": round(percentile(s, 0.5), 3), "p99": round(percentile(s, 0.99), 3), "max": s[-1]}
 
 
 def _refusals(peers: list[PeerRuntime]) -> dict[str, int]:

@@ -50,6 +50,10 @@ def _print(r: dict[str, Any]) -> None:
         n = len(run["mismatches"])
         verdict = "all agree with the run's summary" if not n else f"{n} MISMATCHES"
         lines.append(f"  {run['dir']}  ({run['kind']}): recomputed figures: {verdict}")
+        cmp = run.get("thesis_comparison")
+        if cmp is not None and not cmp["applies"]:
+            # The rule the run's own summary printed (sim.comparable), said again here.
+            lines.append("      not the thesis' setting: " + "; ".join(cmp["differences"]))
         for m in run["mismatches"][:20]:
             lines.append(
                 f"      {m['figure']}: recomputed {m['recomputed']!r}, summary {m['summary']!r}"

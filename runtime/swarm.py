@@ -23,9 +23,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import trio
 
@@ -292,6 +293,98 @@ def _unconverged(statuses: dict[int, dict[str, Any]], dht: str) -> list[int]:
     return bad
 
 
+class UpProgress:
+    """``swarm up``'s progress on stderr, as the simulator's (sim.progress; the runtime cannot
+    import it): on a terminal one tqdm bar of the peers joined; otherwise one line per phase
+    (peer 0 up, the others started, all joined, the hand-off window), never a line per peer
+    or per poll (16 peers used to print ~36); then ``summary``. ``quiet``: nothing at all.
+    ``clock`` is injected: tests drive it by hand."""
+
+    def __init__(
+        self,
+        n: int,
+        quiet: bool = False,
+        *,
+        stream: TextIO | None = None,
+        bars: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.n = n
+        self.quiet = quiet
+        self.stream = stream if stream is not None else sys.stderr
+        if bars is None:
+            isatty = getattr(self.stream, "isatty", None)
+            bars = bool(isatty and isatty())
+        self.bars = bars and not quiet
+        self.clock = clock
+        self.t0 = clock()
+        self._bar: Any = None
+        self._said: set[str] = set()
+        self._full = False
+
+    def say(self, message: str) -> None:
+        """A line with the seconds since ``up`` began."""
+        if self.quiet:
+            return
+        line = f"swarm: {message} ({self.clock() - self.t0:.1f} s)"
+        if self._bar is not None:
+            from tqdm import tqdm
+
+            tqdm.write(line, file=self.stream)
+        else:
+            print(line, file=self.stream, flush=True)
+
+    def once(self, phase: str, message: str) -> None:
+        """``say`` the first time ``phase`` is reached only (the wait polls every 0.5 s)."""
+        if phase not in self._said:
+            self._said.add(phase)
+            self.say(message)
+
+    def joined(self, ready: int, total: int) -> None:
+        """``ready`` of ``total`` peers answer as joined: the bar moves (no line without)."""
+        if not self.bars or total < 2 or self._full:
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=total,
+                desc="swarm: peers joined",
+                unit=" peers",
+                file=self.stream,
+                leave=True,
+                dynamic_ncols=True,
+            )
+        if ready > self._bar.n:
+            self._bar.update(ready - self._bar.n)
+        if ready >= total:
+            # One finished bar stays; the notes after it go below, and a peer that answers
+            # late on a later poll does not start a second bar.
+            self._full = True
+            self.close()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def summary(self, dir_: Path, base_port: int, restarted: int) -> None:
+        """The one closing line: peers, addresses, where their state is, how to stop them."""
+        self.close()
+        last = base_port + self.n - 1
+        ports = f"127.0.0.1:{base_port}" + (f"..{last}" if self.n > 1 else "")
+        again = f" ({restarted} restarted with their ids)" if restarted else ""
+        if not self.quiet:
+            # The time first: the line ends with a command to copy.
+            print(
+                f"swarm: {self.n} peer{'s' if self.n != 1 else ''} up{again} in "
+                f"{self.clock() - self.t0:.1f} s on {ports}; state, logs and {SWARM_FILE} in "
+                f"{dir_}; stop with: rangecast swarm down --dir {dir_}",
+                file=self.stream,
+                flush=True,
+            )
+
+
 def up(args: SwarmSpec) -> int:
     """Start the swarm ``args`` describes (or restart a stopped one in its directory); print
     ``{"swarm", "peers", "restarted"}`` once every peer is ready. Exit status 0."""
@@ -346,14 +439,10 @@ def up(args: SwarmSpec) -> int:
     # A peer that has just joined parks probes for tree nodes it may be about to receive from
     # their previous root, for this long; a subscription routed there meanwhile waits with it.
     settle_s = OverlayConfig().handoff_wait_s
-    t0 = time.monotonic()
-
-    def progress(msg: str) -> None:
-        if not args.quiet:
-            print(f"swarm: {msg} ({time.monotonic() - t0:.1f} s)", file=sys.stderr, flush=True)
+    shown = UpProgress(n, args.quiet)
 
     if reused:
-        progress(f"restarting the stopped swarm in {dir_}: {reused} peers keep their ids")
+        shown.say(f"restarting the stopped swarm in {dir_}: {reused} peers keep their ids")
 
     async def wait_ready(indices: list[int], timeout: float, settle: bool) -> dict[int, dict]:
         """Wait until the peers are ready: joined, converged and, if ``settle``, past the
@@ -375,6 +464,7 @@ def up(args: SwarmSpec) -> int:
                 if st is not None and st.get("state") == "ready":
                     seen_ready.setdefault(i, trio.current_time())
                     statuses[i] = st
+            shown.joined(len(statuses), len(indices))
             lagging = [i for i in indices if i not in statuses]
             if not lagging:
                 lagging = _unconverged(statuses, args.dht)
@@ -382,13 +472,11 @@ def up(args: SwarmSpec) -> int:
                     wait = max(seen_ready.values()) + settle_s - trio.current_time()
                     if wait <= 0 or not settle:
                         return statuses
-                    progress(f"{len(indices)} peers joined; {wait:.1f} s of hand-off window")
+                    shown.once("settle", f"leaf sets converged; {wait:.1f} s of hand-off window")
                     await trio.sleep(wait)
                     continue  # and check once more that nothing moved meanwhile
-            if len(statuses) < len(indices):
-                progress(f"{len(statuses)}/{len(indices)} peers joined")
-            else:
-                progress(f"all joined; {len(lagging)} leaf sets still converging")
+            if len(statuses) == len(indices) > 1:
+                shown.once("joined", f"all {len(indices)} joined; leaf sets converging")
             await trio.sleep(0.5)
         raise LocalProtocolError(
             f"peers {lagging} were not ready within {timeout:.0f} s; see their logs in {dir_}"
@@ -406,11 +494,13 @@ def up(args: SwarmSpec) -> int:
     async def main() -> None:
         spawn(0, None)
         await wait_ready([0], args.timeout, settle=False)
-        progress("peer 0 up")
+        shown.say("peer 0 up")
         for i in range(1, n):
             spawn(i, base)
             # Joins are paced so the bootstrap peer is not asked by every joiner at once.
             await trio.sleep(0.05)
+        if n > 1:
+            shown.say(f"{n - 1} more peers started, joining through peer 0")
         statuses = await wait_ready(list(range(n)), args.timeout, settle=True)
         for i, st in statuses.items():
             data["peers"][i]["id"] = st["id"]
@@ -419,6 +509,7 @@ def up(args: SwarmSpec) -> int:
     try:
         trio.run(main)
     except BaseException:
+        shown.close()
         # Leave nothing half-started behind.
         _stop_all([p["pid"] for p in data.get("peers", [])], quiet=True)
         with contextlib.suppress(LocalProtocolError):
@@ -426,7 +517,7 @@ def up(args: SwarmSpec) -> int:
         raise
     finally:
         lock.close()
-    progress(f"{n} peers up")
+    shown.summary(dir_, base, reused)
     print(json.dumps({"swarm": str(dir_ / SWARM_FILE), "peers": n, "restarted": reused}))
     return 0
 

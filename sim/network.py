@@ -30,6 +30,7 @@ from rangecast.dht.routing import Peer
 from rangecast.dht.substrate import SUBSTRATES, DhtConfig, substrate_of
 from rangecast.sim.engine import Core, Simulator
 from rangecast.sim.latency import LatencyModel
+from rangecast.sim.progress import Progress, steps
 from rangecast.sim.streams import node_stream, stream
 
 
@@ -85,7 +86,11 @@ class SimNetwork:
     Every node is built through its substrate's descriptor with the run's one codec, the one the
     experiment gave the simulator (``sim.codec``): it must speak what the cores ``core_factory``
     stacks on the nodes send (``codec_for(*OverlayPeer.TABLES)`` for the pub/sub stack), which
-    those cores check when they are built."""
+    those cores check when they are built.
+
+    ``progress``: the experiment's progress (sim.progress), which shows node creation and the
+    bootstraps as bars on a terminal (seconds to minutes at 10^5-10^6 nodes); it only watches
+    the loops, so a network builds the same with or without it."""
 
     def __init__(
         self,
@@ -95,9 +100,11 @@ class SimNetwork:
         config: DhtConfig | None = None,
         app_factory: Callable[[int], Application] | None = None,
         core_factory: Callable[[int, Any], Core] | None = None,
+        progress: Progress | None = None,
     ) -> None:
         self.sim = sim
         self.seed = seed
+        self.progress = progress
         #: The codec of the run's stack, shared by every node (and the engine).
         self.codec = sim.codec
         self.cfg = config or PastryConfig()
@@ -122,7 +129,7 @@ class SimNetwork:
         if count < 1:
             raise LocalProtocolError("need at least one node")
         indices = self.sim.add_nodes(count, self._place_rng)
-        for i in indices:
+        for i in steps(self.progress, indices, "creating nodes", unit="nodes"):
             ident = self.space.random_id(self._ids_rng)
             while ident in self._taken:
                 ident = self.space.random_id(self._ids_rng)
@@ -168,13 +175,17 @@ class SimNetwork:
         at: list[Peer | None] = [peers[i] for i in order]
         ring = at[:]
         at.append(None)
-        tables = _PnsTables(self.space, ids, order, self.sim.latency, pns_sample).peer_rows(at)
+        tables = _PnsTables(
+            self.space, ids, order, self.sim.latency, pns_sample, self.progress
+        ).peer_rows(at)
         now = self.sim.now
         nodes = self.nodes
         poke = self.sim.poke
         # The ring with ``reach`` nodes of wrap-around on each end: every leaf side is a slice.
         ext = ring[n - reach :] + ring + ring[:reach] if reach else ring
-        for k, i in enumerate(order):
+        for k, i in enumerate(
+            steps(self.progress, order, "installing routing state", unit="nodes")
+        ):
             if reach:
                 right = ext[k + reach + 1 : k + 2 * reach + 1]
                 left = ext[k : k + reach][::-1]
@@ -190,7 +201,7 @@ class SimNetwork:
         ids = [peers[i].id for i in order]
         rng = stream(self.seed, "kbuckets")
         now = self.sim.now
-        for i in order:
+        for i in steps(self.progress, order, "filling k-buckets", unit="nodes"):
             own = peers[i].id
             contacts: list[Peer] = []
             spans: list[tuple[int, int]] = []
@@ -262,6 +273,11 @@ class SimNetwork:
         durations: list[float] = []
         failed = 0
         step = max(1.0, mean_gap_s * 20)
+        if self.progress is not None:
+            # Moved by the engine's ticks while it runs the joins.
+            self.progress.phase(
+                "joining", len(pending), lambda: len(indices) - len(pending), "nodes"
+            )
         while pending and sim.now < last_start + timeout_s:
             sim.run(until=sim.now + step)
             for i in list(pending):
@@ -272,6 +288,8 @@ class SimNetwork:
                 elif st is State.FAILED:
                     pending.discard(i)
                     failed += 1
+        if self.progress is not None:
+            self.progress.end()
         return {
             "joins": len(indices),
             "completed": len(indices) - failed - len(pending),
@@ -367,6 +385,7 @@ class _PnsTables:
         order: list[int],
         model: LatencyModel,
         pns_sample: int,
+        progress: Progress | None = None,
     ) -> None:
         self.space = space
         self.ids = ids
@@ -407,7 +426,8 @@ class _PnsTables:
         g_lo = np.zeros(n, dtype=np.int64)
         g_hi = np.full(n, n, dtype=np.int64)
         depth = int(min(self.nrows.max(initial=1), exact_rows))
-        for r in range(depth):
+        # Few rows (log16 N), each a pass over every node: the slow part of the bootstrap.
+        for r in steps(progress, range(depth), "routing tables", unit="rows"):
             # Nodes that have row r (the others have stopped); their group [g_lo, g_hi) is the
             # run sharing their first r digits.
             act = np.nonzero(self.nrows > r)[0]

@@ -1,8 +1,7 @@
-"""Order statistics for experiment summaries."""
+"""Order statistics for experiment summaries: the one percentile rule, and an ordered sum."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from itertools import chain
 
@@ -12,12 +11,25 @@ import numpy as np
 _CHUNK = 1 << 16
 
 
-def percentile(sorted_vals: Sequence[float] | np.ndarray, q: float) -> float:
-    """Nearest-rank ``q``-quantile of already sorted values (0.0 for none)."""
-    if not len(sorted_vals):
+def percentile(
+    values: Sequence[float] | np.ndarray, q: float, counts: Sequence[int] | None = None
+) -> float:
+    """The ``q``-quantile (0 <= q <= 1) by nearest rank: the smallest value with at least
+    ``q`` of the values at or below it, the ``ceil(q n)``-th smallest (the first for q = 0).
+
+    The project's one definition of a percentile: numpy's ``inverted_cdf`` method (Hyndman and
+    Fan's definition 1), so ``np.percentile(values, 100 q, method="inverted_cdf")`` gives the
+    same; the report's Spark job takes the same rank over an ordered window
+    (``analysis.report.spark_job.nearest_rank``). Nearest rank returns a value that occurred,
+    never an interpolation between two, which is how the thesis' "N% of deliveries within X"
+    reads. ``values`` in any order; ``counts``: how many times each value occurs (a
+    histogram's bins). 0.0 for no values.
+    """
+    if counts is not None:
+        values = np.repeat(np.asarray(values, dtype=float), np.asarray(counts, dtype=np.int64))
+    if not len(values):
         return 0.0
-    k = min(len(sorted_vals) - 1, max(0, math.ceil(q * len(sorted_vals)) - 1))
-    return float(sorted_vals[k])
+    return float(np.quantile(np.asarray(values), q, method="inverted_cdf"))
 
 
 def ordered_sum(vals: np.ndarray) -> float:

@@ -117,6 +117,33 @@ class OnDht:
         dht_config(self.dht, lookup=self.lookup, root_cache=self.root_cache)
 
 
+def available_bytes() -> int | None:
+    """``MemAvailable`` of /proc/meminfo (None where there is none to read)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def refuse_beyond_memory(
+    nodes: int, need: float, basis: str, have: Callable[[], int | None] = available_bytes
+) -> None:
+    """Refuse, naming ``--nodes``, a run whose estimated peak memory ``need`` (bytes; ``basis``
+    says how it was measured) exceeds what the machine has available (``have()``, by default
+    ``available_bytes``): said before minutes of node placement, not found out at the end of
+    them (or by the kernel's OOM killer)."""
+    free = have()
+    if free is not None and need > free:
+        raise LocalProtocolError(
+            f"--nodes {nodes:,}: needs about {need / 2**30:,.1f} GiB ({basis}), this machine "
+            f"has {free / 2**30:,.1f} GiB available"
+        )
+
+
 def check_finite(params: Any) -> None:
     """Refuse NaN and infinities in every float parameter (a nested config's offered ones
     included), naming its option as the command line would (the field's name if it has none):
@@ -351,7 +378,9 @@ class Scenario(Generic[P, R]):
         """Latency model, simulator, run log, substrate and bootstrap."""
         self.setup_engine()
         p: Any = self.params
-        self.net = SimNetwork(self.sim, p.seed, config=self.dht_config(), **self.stack())
+        self.net = SimNetwork(
+            self.sim, p.seed, config=self.dht_config(), progress=self.say, **self.stack()
+        )
         self.bootstrap()
 
     def setup_engine(self) -> None:
@@ -554,6 +583,7 @@ __all__ = [
     "SubstrateResult",
     "TimedResult",
     "Verdict",
+    "available_bytes",
     "build_params",
     "check_finite",
     "dht_fields_of",
@@ -564,5 +594,6 @@ __all__ = [
     "optional",
     "param",
     "plan_keys",
+    "refuse_beyond_memory",
     "substrate_title",
 ]

@@ -7,12 +7,12 @@ verdict and cause."""
 from __future__ import annotations
 
 import re
-from html import escape
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
+from markupsafe import escape  # (as the page escapes: Jinja2's autoescaping)
 
 from rangecast.analysis.reproduce import page, plots
 from rangecast.analysis.reproduce.compare import Cause, Check, Stat

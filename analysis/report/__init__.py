@@ -2,8 +2,11 @@
 
 * ``spark_job``: the figures recomputed from the logs' rows with Spark DataFrames, and the check
   against each run's own summary;
+* ``model``: the report's data (rows, tables, figures), which the figures and the page read;
 * ``plots``: the thesis' Figures 4.1-4.10 with matplotlib;
-* ``html_page``: the page with the comparison tables and the figures;
+* ``html_page``: the page with the comparison tables and the figures, from
+  ``templates/report.html.j2``;
+* ``templating``: the Jinja2 environment of the pages (autoescaping on), the reproduction's too;
 * ``paper``: the thesis' and the LBDD paper's published values, with where they come from;
 * ``systems_job``, ``systems``: broker runs' figures and the systems comparison (runs of several
   systems on one workload): the table recomputed with Spark, latency CDFs, load rank curves;

@@ -32,6 +32,7 @@ from rangecast.analysis.report.systems import as_json as systems_json
 from rangecast.analysis.report.systems import systems
 from rangecast.analysis.report.systems_job import recompute
 from rangecast.dht.substrate import SUBSTRATES
+from rangecast.sim.comparable import Comparison, thesis_comparison
 from rangecast.sim.outputs import ensure_writable_dir
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ def build_report(
     if html_path is not None:
         say(f"wrote {html_path}")
     total = sum(len(f.mismatches) for f in figs)
-    table = run_columns(report.runs)
+    table = report.run_table
     figures = [
         {
             "figure": g.figure,
@@ -135,6 +136,12 @@ def build_report(
                 "node_values": f.node_values,
                 "summary": shared_summary(f.recomputed, f.run.summary),
                 "mismatches": f.mismatches,
+                # The one rule (sim.comparable): may the thesis' values stand beside this run's?
+                **(
+                    {"thesis_comparison": comparison(f.run).as_dict()}
+                    if f.run.kind == "thesis"
+                    else {}
+                ),
             }
             for i, f in enumerate(figs)
         ],
@@ -188,12 +195,24 @@ def render(
     _scaling(report, out)
     _lbdd(report)
     systems(report, out)
+    report.run_table = run_columns(report.runs)
+    report.shared = [len(shared_figures(f.recomputed, f.run.summary)) for f in report.runs]
     html_path = None
     if html is not None:
         from rangecast.analysis.report.html_page import write_html
 
-        html_path = write_html(report, html, spark_info, run_columns(report.runs))
+        html_path = write_html(report, html, spark_info)
     return report, html_path
+
+
+def shared_figures(recomputed: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """The recomputed figures (flattened paths) the run's summary also gives."""
+    shared = []
+    for key in recomputed:
+        if key in summary:
+            theirs = flatten(summary[key], key)
+            shared += [p for p in flatten(recomputed[key], key) if p in theirs]
+    return shared
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -215,6 +234,46 @@ def _get(tree: dict[str, Any], path: str) -> float | None:
 
 def _thesis(report: Report) -> list[RunFigures]:
     return [f for f in report.runs if f.run.kind == "thesis"]
+
+
+def comparison(run: RunLog, vary: Sequence[str] = ()) -> Comparison:
+    """Whether a thesis run is the thesis' setting: the one rule (``sim.comparable``), with the
+    counts the run's summary gives."""
+    s = run.summary
+    subs, events = s.get("subscriptions"), s.get("events")
+    return thesis_comparison(
+        run.params,
+        subs if isinstance(subs, int) else None,
+        events if isinstance(events, int) else None,
+        vary=vary,
+    )
+
+
+def _count_runs(runs: Sequence[RunFigures]) -> str:
+    return "1 run" if len(runs) == 1 else f"{len(runs)} runs"
+
+
+def setting_text(runs: Sequence[RunFigures], vary: Sequence[str] = ()) -> tuple[str, bool]:
+    """The rule's verdict on a table's runs: the sentence above the table (runs that differ
+    from the thesis in the same ways are named together) and whether every run applies."""
+    verdicts = [(str(f.run.dir), comparison(f.run, vary)) for f in runs]
+    if all(c.applies for _, c in verdicts):
+        return (
+            "The thesis' own setting (sim.comparable): its values may be set beside ours."
+            if len(verdicts) == 1
+            else "Every run here is the thesis' own setting (sim.comparable).",
+            True,
+        )
+    by_diff: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    for d, c in verdicts:
+        if not c.applies:
+            by_diff[c.differences].append(d)
+    said = "; ".join(f"{', '.join(ds)}: {', '.join(diff)}" for diff, ds in by_diff.items())
+    return (
+        "Not the thesis' setting (sim.comparable), so the thesis' values are beside ours for "
+        f"shape, not for comparison in value. {said}.",
+        False,
+    )
 
 
 def _substrate(p: dict[str, Any]) -> str:
@@ -276,8 +335,11 @@ _PHRASES: dict[str, Any] = {
 def describe(items: Sequence[tuple[str, str]]) -> str:
     """``(name, JSON value)`` pairs as a short phrase: ``kademlia, recursive lookups``."""
     words = []
+    top = {name for name, _ in items}
     for name, text in items:
-        if name.startswith("overlay.") and any(name in a for a in ALIASES.values()):
+        if name.startswith("overlay.") and (
+            any(name in a for a in ALIASES.values()) or name.removeprefix("overlay.") in top
+        ):
             continue  # the top-level copy says it
         value = json.loads(text)
         phrase = _PHRASES.get(name)
@@ -427,6 +489,7 @@ def _run_tables(report: Report) -> None:
                 f"{paper.THESIS_NODES:,} nodes (this run: {run.params.get('nodes')}). Ours: "
                 "recomputed from the run log. Rows marked ~ are read from 'about N% below X' "
                 "statements.",
+                *setting_text([f]),
             )
         )
 
@@ -800,6 +863,7 @@ def _pairs(report: Report, out: Path, param: str, values: tuple[Any, Any]) -> No
                 f"Figures {figs[0]}/{figs[1]}: {what} ({common})",
                 rows,
                 f"{a.run.dir} vs {b.run.dir}",
+                *setting_text(runs, (param,)),
             )
         )
 
@@ -820,6 +884,19 @@ def _scaling(report: Report, out: Path) -> None:
         lines[_key(f.run, ("nodes", "seed"))][int(f.run.params["nodes"])].append(f)
     if sum(len(by_size) for by_size in lines.values()) < 2:
         return  # one point: nothing to draw against
+    # A setting run at one size only is no line against size: where others are, it is left
+    # out (and named); where none is, every setting is drawn as points, and the figure says so.
+    single = [k for k, by_size in lines.items() if len(by_size) < 2]
+    left_out: list[str] = []
+    if len(single) < len(lines):
+        first = dict(next(k for k in lines if k not in single))
+        for k in single:
+            ((n, fs),) = lines.pop(k).items()
+            # By what sets it apart from a drawn line: ``overlay.p=0.5 at 30 nodes (2 runs)``.
+            differs = describe([(name, v) for name, v in k if first.get(name) != v])
+            left_out.append(f"{differs or 'a setting'} at {n:,} nodes ({_count_runs(fs)})")
+        runs = [f for by_size in lines.values() for fs in by_size.values() for f in fs]
+    sizes_ours = sorted({n for by_size in lines.values() for n in by_size})
     keys = list(lines)
     diffs = _differing(keys)
     models = {_model(f.run) for f in runs}
@@ -832,7 +909,10 @@ def _scaling(report: Report, out: Path) -> None:
         label = describe(diff) or "ours"
         if not common_model:
             any_run = next(iter(lines[key].values()))[0]
-            label = f"{label}; {_model(any_run.run)}" if diff else _model(any_run.run)
+            # The model's name says which latencies: not "synthetic latencies; synthetic (...)".
+            rest = [(n, v) for n, v in diff if n != "latency"]
+            model = _model(any_run.run)
+            label = f"{describe(rest)}; {model}" if rest else model
         names[key] = label
 
     def series(fig: str, stat: str) -> list[plots.Line]:
@@ -882,10 +962,9 @@ def _scaling(report: Report, out: Path) -> None:
     g2 = plots.scaling(
         out / "fig4_10-scaling.png",
         f"Fig 4.10: publication bandwidth per node vs network size - {where}",
-        "average bytes per event per node",
+        "bytes per event per node",
         series(bw, "mean"),
         series(bw, "max"),
-        twin_ylabel="maximum bytes per event per node",
         paper_avg=[
             plots.Line(
                 "thesis (Java-serialised bytes): average at 1,000 nodes (Fig 4.4's mean)",
@@ -897,6 +976,16 @@ def _scaling(report: Report, out: Path) -> None:
         "one line per setting (the legend names what differs), one point per network size; "
         "runs of one setting and size with different seeds are averaged, nothing else is."
     )
+    if len(sizes_ours) == 1:
+        per_line = (
+            f"our runs have one network size only ({sizes_ours[0]:,} nodes), so ours are "
+            "points, one per setting (the legend names what differs), and show no trend; "
+            "runs of one setting with different seeds are averaged, nothing else is."
+        )
+    if left_out:
+        per_line += (
+            " Left out, as they were run at one network size only: " + "; ".join(left_out) + "."
+        )
     _add(
         report,
         "4.9",
@@ -905,7 +994,7 @@ def _scaling(report: Report, out: Path) -> None:
         runs,
         _caption(
             f"Fig 4.9: mean (solid) and maximum (dashed) event delivery latency against "
-            f"network size; {per_line}",
+            f"network size, on one axis; {per_line}",
             runs,
             "average 330 ms at 1,000 nodes and 430 ms at 5,000 (only these two are stated; "
             "drawn as published and scaled to our mean RTT), maximum between 1.6 and 1.8 s "
@@ -919,8 +1008,8 @@ def _scaling(report: Report, out: Path) -> None:
         g2,
         runs,
         _caption(
-            "Fig 4.10: mean (solid, left axis) and maximum (dashed, right axis) publication "
-            f"bytes per event per node against network size; {per_line}",
+            "Fig 4.10: mean (solid) and maximum (dashed) publication bytes per event per node "
+            f"against network size, on one axis; {per_line}",
             runs,
             "no numbers besides Fig 4.4's mean of 1.32 kB at 1,000 nodes (drawn); the average "
             "falls slightly and the maximum grows with size. Java-serialised bytes.",
@@ -987,6 +1076,7 @@ def _scaling(report: Report, out: Path) -> None:
             "One group of rows per setting and size; only runs that differ in nothing but the "
             "seed are averaged. Normalised latency: thesis values over Table 4.5's King RTT "
             "for that size; ours over the model's mean RTT.",
+            *setting_text(runs, ("nodes",)),
         )
     )
 

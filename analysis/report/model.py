@@ -1,5 +1,6 @@
 """The report's data: comparison rows and tables, figures, and the report that holds them
-(built by ``analysis.report.build``, shown by ``analysis.report.html_page``)."""
+(built by ``analysis.report.build``, drawn by ``analysis.report.plots``, shown by
+``analysis.report.html_page``, which reads nothing else)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,10 @@ class Table:
     title: str
     rows: list[Row]
     note: str = ""
+    #: Whether the table's runs are the paper's setting, in a sentence (``sim.comparable``),
+    #: and the verdict itself (None: the rule was not asked).
+    setting: str = ""
+    comparable: bool | None = None
 
 
 @dataclass
@@ -95,3 +100,7 @@ class Report:
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
     systems: list[SystemsTable] = field(default_factory=list)
+    #: The runs table: per run (``runs`` order), column -> text (``build.run_columns``).
+    run_table: list[dict[str, str]] = field(default_factory=list)
+    #: Per run, how many recomputed figures its summary also has (compared with it).
+    shared: list[int] = field(default_factory=list)

@@ -25,12 +25,16 @@ import matplotlib
 import numpy as np
 from numpy.typing import ArrayLike
 
+from rangecast.sim.percentiles import percentile
+
 matplotlib.use("Agg")
 
 # The backend is chosen before pyplot loads (pyplot would pick an interactive one).
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
+from matplotlib.legend_handler import HandlerTuple
+from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter, PercentFormatter
 
@@ -64,17 +68,12 @@ class Dist:
         return sum(c for _, c in self.points)
 
     def quantile(self, q: float) -> float:
-        """Nearest-rank quantile (a bin's end for binned points)."""
-        n = self.n
-        if n == 0:
+        """The ``q``-quantile by the project's one rule (``sim.percentiles``), a bin's end for
+        binned points."""
+        if not self.points:
             return 0.0
-        rank = min(n, max(1, math.ceil(q * n)))
-        seen = 0
-        for x, c in self.points:
-            seen += c
-            if seen >= rank:
-                return x + self.bin_width
-        return self.points[-1][0] + self.bin_width
+        xs, counts = zip(*self.points, strict=True)
+        return percentile(xs, q, counts) + self.bin_width
 
     def cdf(self) -> tuple[list[float], list[float]]:
         """Step points of the cumulative share (percent) of values at or below x."""
@@ -188,6 +187,7 @@ def distribution(
     more = edges[-1]
     group = 0.8 * width / len(series)
     twin = ax.twinx()
+    together: list[tuple[Any, str]] = []
     for k, s in enumerate(series):
         colour = COLOURS[k % len(COLOURS)]
         counts = [0] * len(edges)  # the last: everything from ``more`` on
@@ -195,10 +195,14 @@ def distribution(
             idx = len(edges) - 1 if x >= more else int((x - start) // width)
             counts[max(0, idx)] += c
         lefts = [e + 0.1 * width + k * group for e in edges]
-        ax.bar(lefts, counts, width=group, align="edge", color=colour, alpha=0.45, label=s.label)
+        bars = ax.bar(
+            lefts, counts, width=group, align="edge", color=colour, alpha=0.45, label=s.label
+        )
         xs, ys = s.cdf()
         capped = [min(x, more + width) for x in xs]
-        twin.step(capped, ys, where="post", color=colour, lw=1.8, label=f"{s.label}, cumulative")
+        (line,) = twin.step(capped, ys, where="post", color=colour, lw=1.8, label=s.label)
+        # One legend entry per series, its bar and its cumulative line side by side.
+        together.append(((bars, line), s.label))
     here = [] if log_panel else list(curves)
     for curve in here:
         _curve(twin, curve)
@@ -228,8 +232,16 @@ def distribution(
         top = ax.secondary_xaxis("top", functions=(to_top, from_top))
         top.set_xlabel(top_axis.label, fontsize=8)
         top.tick_params(labelsize=8)
-    handles, labels = ax.get_legend_handles_labels()
-    h2, l2 = twin.get_legend_handles_labels()
+    handles = [h for h, _ in together]
+    labels = [lab for _, lab in together]
+    # The published curves and lines; our series are in ``together`` already.
+    ours = set(labels)
+    h2, l2 = [], []
+    for axis in (ax, twin):
+        for h, lab in zip(*axis.get_legend_handles_labels(), strict=True):
+            if lab not in ours:
+                h2.append(h)
+                l2.append(lab)
     if log_panel:
         right: Axes = axes[0][1]
         _log_panel(right, series, curves, vlines, counted, xlabel)
@@ -280,7 +292,7 @@ def _log_panel(
     ax.set_ylim(0, 105)
     ax.yaxis.set_major_formatter(PercentFormatter(100))
     # The same share as the histogram's right axis, which says what it counts right beside.
-    ax.set_xlabel(f"{xlabel} (log scale)")
+    ax.set_xlabel(log_label(xlabel))
     ax.set_title("the same share against the thesis' values", fontsize=9)
     ax.grid(alpha=0.3, which="major")
     ax.grid(alpha=0.08, which="minor")
@@ -316,9 +328,10 @@ def rank(
     if published and peak > 0 and max(v for _, _, v, _ in published) > 3 * peak:
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _p: _fmt(x)))
-        ax.set_ylabel(f"{ylabel} (log scale)")
+        ax.set_ylabel(log_label(ylabel))
     else:
         ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _p: _fmt(x)))
     ax.grid(alpha=0.3, which="major")
     _legend(fig, *ax.get_legend_handles_labels())
     return _save(fig, path, title)
@@ -340,6 +353,7 @@ def cdfs(path: Path, title: str, xlabel: str, series: Sequence[Dist]) -> Drawn:
             label=d.label,
         )
     ax.set_xlabel(xlabel)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: _fmt(x)))
     ax.set_ylabel("share at or below")
     ax.yaxis.set_major_formatter(PercentFormatter(100))
     ax.set_xlim(left=0)
@@ -364,40 +378,72 @@ def scaling(
     avg: Sequence[Line],
     peak: Sequence[Line],
     *,
-    twin_ylabel: str | None = None,
     paper_avg: Sequence[Line] = (),
     paper_band: tuple[float, float, float, float] | None = None,
 ) -> Drawn:
-    """Average (solid) and maximum (dashed) against network size; with ``twin_ylabel`` the
-    maxima get their own axis on the right (Fig 4.10), else they share the left one (Fig 4.9).
+    """Average (solid, circles) and maximum (dashed, squares) against network size, on one y
+    axis: both are the same quantity in the same unit, and two scales would draw a smaller
+    maximum above a larger average.
 
+    ``avg``/``peak``: a line per setting, the same settings in the same order (one colour
+    each; the legend names each setting once and says which style is which statistic). A
+    setting with one size is drawn as points, not a line; when every one of ours has the same
+    single size the axes say so, since no trend can be read from one size.
     ``paper_avg``: the thesis' averages (and the same scaled), drawn as they are stated;
     ``paper_band``: (first size, last size, low, high), the thesis' range for the maximum.
-    The x axis holds our sizes and the thesis' (1,000-5,000): logarithmic when they are far
-    apart, so neither is squeezed against the edge.
+    The x axis holds our sizes and the thesis' (1,000-5,000): logarithmic (and labelled so)
+    when they are far apart, so neither is squeezed against the edge.
     """
     fig, ax = plt.subplots(figsize=(FIG_W, 4.8), layout="constrained")
-    ax2 = ax.twinx() if twin_ylabel else ax
     sizes: set[int] = set()
-    for k, line in enumerate(avg):
-        xs, ys = zip(*sorted(line.points), strict=True) if line.points else ((), ())
-        sizes.update(xs)
-        ax.plot(xs, ys, "-o", color=COLOURS[k % len(COLOURS)], label=f"{line.label}: average")
-    for k, line in enumerate(peak):
-        xs, ys = zip(*sorted(line.points), strict=True) if line.points else ((), ())
-        sizes.update(xs)
-        ax2.plot(xs, ys, "--s", color=COLOURS[k % len(COLOURS)], label=f"{line.label}: maximum")
+    ours: set[int] = set()
+    handles: list[Any] = []
+    labels: list[str] = []
+    for stat, lines, dash, marker, mfc in (
+        ("average", avg, "-", "o", None),
+        ("maximum", peak, "--", "s", "white"),
+    ):
+        for k, line in enumerate(lines):
+            xs, ys = zip(*sorted(line.points), strict=True) if line.points else ((), ())
+            sizes.update(xs)
+            ours.update(xs)
+            colour = COLOURS[k % len(COLOURS)]
+            ax.plot(
+                xs,
+                ys,
+                ls=dash if len(xs) > 1 else "none",
+                marker=marker,
+                color=colour,
+                mfc=mfc or colour,
+                label=f"_{line.label}: {stat}",  # (the legend is built below, a line each)
+            )
+            if stat == "average":
+                handles.append(Line2D([], [], color=colour, marker="o", lw=2.5))
+                labels.append(line.label)
+    # Which style is which statistic: once, not on every setting's entry.
+    handles += [
+        Line2D([], [], color="#555555", ls="-", marker="o"),
+        Line2D([], [], color="#555555", ls="--", marker="s", mfc="white"),
+    ]
+    labels += ["ours, average (solid)", "ours, maximum (dashed, open)"]
     for k, line in enumerate(paper_avg):
         px, py = zip(*line.points, strict=True)
         sizes.update(px)
-        ax.plot(px, py, "D" if k == 0 else "^", color=THESIS, mfc="none", ms=8, label=line.label)
+        (art,) = ax.plot(
+            px, py, "D" if k == 0 else "^", color=THESIS, mfc="none", ms=8, label=line.label
+        )
+        handles.append(art)
+        labels.append(line.label)
     if paper_band:
         lo_n, hi_n, lo, hi = paper_band
         sizes.update((int(lo_n), int(hi_n)))
-        ax2.fill_between(
+        band = ax.fill_between(
             [lo_n, hi_n], lo, hi, color="#999999", alpha=0.25, label="thesis (King): maximum"
         )
-    if sizes and max(sizes) > 8 * min(sizes):
+        handles.append(band)
+        labels.append("thesis (King): maximum")
+    log = bool(sizes) and max(sizes) > 8 * min(sizes)
+    if log:
         ax.set_xscale("log")
         ax.set_xlim(min(sizes) / 1.25, max(sizes) * 1.25)
     elif sizes:
@@ -407,17 +453,24 @@ def scaling(
     ax.set_xticks([], minor=True)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: f"{x:,.0f}"))
     ax.tick_params(axis="x", labelsize=8)
-    ax.set_xlabel("network size (nodes)")
+    ax.set_xlabel(log_label("network size (nodes)") if log else "network size (nodes)")
     ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
-    if twin_ylabel:
-        ax2.set_ylabel(twin_ylabel)
-        ax2.set_ylim(bottom=0)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _p: f"{y:,.0f}"))
+    if len(ours) == 1:
+        (only,) = ours
+        ax.text(
+            0.02,
+            0.97,
+            f"ours: one network size only ({only:,} nodes): points, no trend",
+            transform=ax.transAxes,
+            ha="left",
+            va="top",
+            fontsize=9,
+            color="#8a4b00",
+            bbox={"boxstyle": "round", "fc": "#fff1d6", "ec": "#e0b000"},
+        )
     ax.grid(alpha=0.3)
-    handles, labels = ax.get_legend_handles_labels()
-    if ax2 is not ax:
-        h2, l2 = ax2.get_legend_handles_labels()
-        handles, labels = handles + h2, labels + l2
     _legend(fig, handles, labels)
     return _save(fig, path, title)
 
@@ -425,21 +478,42 @@ def scaling(
 def _legend(fig: Any, handles: list[Any], labels: list[str]) -> None:
     """The legend under the plot, in columns: it hides no data and takes a strip of the
     height, not a third of the width."""
-    keep = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab and lab[0] != "_"]
+    keep: list[tuple[Any, str]] = []
+    for h, lab in zip(handles, labels, strict=True):
+        # Hidden artists and a label already given (the same series on two axes): once each.
+        if lab and lab[0] != "_" and lab not in [k[1] for k in keep]:
+            keep.append((h, lab))
     if keep:
         hs, ls = zip(*keep, strict=True)
         # As many columns as the longest label leaves room for across the figure.
         longest = max(len(lab) for lab in ls)
         ncol = min(len(ls), 3 if longest <= 48 else 2 if longest <= 75 else 1)
-        fig.legend(hs, ls, fontsize=7.5, loc="outside lower center", ncol=ncol, frameon=False)
+        fig.legend(
+            hs,
+            ls,
+            fontsize=7.5,
+            loc="outside lower center",
+            ncol=ncol,
+            frameon=False,
+            handler_map={tuple: HandlerTuple(ndivide=None)},
+        )
+
+
+def log_label(label: str) -> str:
+    """An axis label that says its axis is logarithmic: "bytes per event (probes only, log
+    scale)", "network size (nodes, log scale)"."""
+    if label.endswith(")"):
+        return label[:-1] + ", log scale)"
+    return label + " (log scale)"
 
 
 def _fmt(x: float) -> str:
-    if abs(x) >= 1e5:
-        return f"{x:.3g}"
+    """A tick label in plain decimals (never 1e+05 nor an offset): 0.25, 30, 1,000, 120,000."""
     if abs(x) >= 1000:
         return f"{x:,.0f}"
-    return f"{x:g}"
+    if x == 0:
+        return "0"
+    return np.format_float_positional(x, precision=4, unique=True, fractional=False, trim="-")
 
 
 def _num(x: Any) -> float | None:

@@ -3,8 +3,9 @@
 Every run given is read at once (one DataFrame per table, a ``run`` column telling the runs
 apart), so a sweep of many logs costs a handful of Spark jobs, not a handful per log. Figures
 follow docs/run-logs.md ("The figures, from the log") and match what the simulator prints, down
-to the percentile rule: nearest rank, as ``sim/percentiles.py``, done exactly with a rank over
-an ordered window (``percentile_approx`` would answer a different question).
+to the percentile rule: the project's one, nearest rank (``sim.percentiles.percentile``, numpy's
+``inverted_cdf``), done exactly with a rank over an ordered window where the rows live, in Spark
+(``percentile_approx`` would answer a different question).
 """
 
 from __future__ import annotations
@@ -248,9 +249,10 @@ def _long(df: DataFrame, metrics: Sequence[str]) -> DataFrame:
 def nearest_rank(q: float, n: Column) -> Column:
     """1-based rank of the nearest-rank ``q``-quantile among ``n`` values.
 
-    ``sim.percentiles.percentile`` takes index ``min(n - 1, max(0, ceil(q n) - 1))``; as a
-    rank, ``min(n, max(1, ceil(q n)))``. ``q n`` is a double product on both sides (Spark casts
-    ``n`` to double, as Python does), so the ceilings agree bit for bit.
+    ``sim.percentiles.percentile`` (numpy's ``inverted_cdf``) takes the ``ceil(q n)``-th
+    smallest value, the first for q = 0: as a rank, ``min(n, max(1, ceil(q n)))``. ``q n`` is a
+    double product on both sides (Spark casts ``n`` to double, as numpy does), so the ceilings
+    agree bit for bit (tests/test_report.py checks it).
     """
     from pyspark.sql import functions as F
 

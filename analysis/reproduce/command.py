@@ -10,8 +10,11 @@
    (analysis.reproduce.compare), drawn with confidence intervals and written as ``OUT/report.html``
    and ``OUT/reproduction.json``.
 
-Progress goes to stderr with an ETA over the whole reproduction: each run's cost is estimated
-from its size (``estimate_s``), the estimates are rescaled by the pace observed so far.
+Progress goes to stderr with an ETA over the whole reproduction (``Eta``): each step weighted by
+its expected cost (a run's from its size, ``estimate_s``; the report's from the logs' rows; the
+page's from its figures), the runs scheduled on the slots as the sweep dispatches them, and the
+estimates rescaled by the pace observed, damped so that one run cannot swing it. During the
+report, its Spark jobs are counted as they finish (analysis.sweep.spark.watch_report).
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import rangecast.analysis.report.paper as paper
 from rangecast.analysis.reproduce import notes, page
@@ -104,11 +107,14 @@ def estimate_wall_s(
     for spec in dispatch_order(specs):
         i = free.index(min(free))
         free[i] += estimate_s(spec)
-    return max(free) + report_estimate_s(specs if reported is None else reported)
+    report = report_estimate_s(specs if reported is None else reported)
+    return max(free) + report + page_estimate_s(len(THESIS_FIGURES) + len(LBDD_FIGURES))
 
 
 def report_estimate_s(specs: Sequence[RunSpec]) -> float:
-    """The report's Spark job: start-up, then about proportional to the logs' rows."""
+    """The report: Spark's start-up, ~0.6 s a run (its few Spark jobs, ~4 a run, and its
+    figures drawn), then about proportional to the logs' rows. Measured: 70 s over the quick
+    plan's 52 logs, 19-23 min over the full size's 255 (docs/reproduce.md)."""
     rows = 0.0
     for s in specs:
         p = s.params
@@ -116,7 +122,7 @@ def report_estimate_s(specs: Sequence[RunSpec]) -> float:
             rows += p.nodes * p.events * 0.5
         else:
             rows += 2 * p.subscribers * max(1, p.data_bytes // p.slice_bytes)
-    return 40.0 + 1.2e-6 * rows
+    return 40.0 + 0.6 * len(specs) + 1.1e-6 * rows
 
 
 #: Dry-run columns shown on their own, so not repeated among the changed parameters.
@@ -209,7 +215,7 @@ def dry_run(
     lines.append(
         f"estimated wall time: {_clock(wall)} ({slots} runs at a time, from the measured wall "
         f"times of one thesis run, two at a time on this machine: {measured}; then the report, "
-        f"{_clock(report_estimate_s(plan.runs))})"
+        f"{_clock(report_estimate_s(plan.runs))}, and the page)"
     )
     return "\n".join(lines)
 
@@ -219,8 +225,129 @@ def _clock(s: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
+#: The page after the report (``reproduce``'s last step: each figure over the seeds, its
+#: images drawn with matplotlib, the page and reproduction.json): 4 s for the quick plan's 15
+#: figures (the report's own drawings of every run are the report's time).
+PAGE_BASE_S = 3.0
+PAGE_PER_FIGURE_S = 0.5
+
+
+def page_estimate_s(figures: int) -> float:
+    """The page's expected wall time for ``figures`` figures."""
+    return PAGE_BASE_S + PAGE_PER_FIGURE_S * figures
+
+
+def _left_s(expected: float, spent: float) -> float:
+    """Time left of a step expected to take ``expected`` s, ``spent`` s in: what the estimate
+    leaves until the last 2 % of it; past that, a quarter of the time spent beyond 90 % of the
+    estimate, so that a step running over its estimate shows a time left that grows slowly
+    with it instead of sitting at 0:00:00."""
+    return max(expected - spent, 0.25 * (spent - 0.9 * expected))
+
+
+class Eta:
+    """The time left for a whole reproduction, weighted by each step's expected cost.
+
+    Steps: the runs (each its ``estimate_s``, ``slots`` at a time, longest first as the sweep
+    dispatches them), then the report (``report_estimate_s``), then the page
+    (``page_estimate_s``). Time left = the remaining runs scheduled on the slots (a running
+    run counts what its estimate leaves of it, ``_left_s``), plus the report and the page.
+    The estimates are rescaled by the pace observed: the finished runs' wall time over their
+    estimates, blended with a prior pace of 1 worth ``PRIOR_S`` seconds of runs, so that a
+    first short run that took twice its estimate does not double the time left of hours of
+    runs (what made the old ETA jump from 0:00:36 to 6:22 and back to 2:50).
+
+    ``clock`` (seconds, monotonic) is injected: tests drive it by hand, never by sleeping.
+    """
+
+    #: Weight of the prior pace (1: the estimates are right), in seconds of estimated runs.
+    PRIOR_S = 600.0
+    #: Bounds of the pace: an estimate is never believed more than 4x off.
+    PACE = (0.25, 4.0)
+
+    def __init__(
+        self,
+        est: dict[int, float],
+        order: Sequence[int],
+        slots: int,
+        report_s: float,
+        page_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.est = dict(est)
+        self.order = list(order)
+        self.slots = max(1, slots)
+        self.report_s = report_s
+        self.page_s = page_s
+        self.clock = clock
+        self.t0 = clock()
+        self.started_at: dict[int, float] = {}
+        #: Finished runs: index -> wall seconds.
+        self.took: dict[int, float] = {}
+        self.phase = "runs"
+        self.phase_t0 = self.t0
+
+    # ---- what happened
+
+    def started(self, index: int) -> None:
+        self.started_at.setdefault(index, self.clock())
+
+    def finished(self, index: int, wall_s: float | None = None) -> None:
+        now = self.clock()
+        spent = now - self.started_at.get(index, self.t0)
+        self.took[index] = wall_s if wall_s is not None and wall_s >= 0 else spent
+
+    def spark_status(self, active: int, completed: int) -> None:
+        """Spark says how many tasks run and finished, not which: longest first, as
+        dispatched. A run is taken to start when it is first counted as running."""
+        for i in self.order[:completed]:
+            if i not in self.took:
+                self.started(i)
+                self.finished(i)
+        for i in self.order[completed : completed + active]:
+            self.started(i)
+
+    def start(self, phase: str) -> None:
+        """``report`` or ``page``: the runs are over."""
+        self.phase = phase
+        self.phase_t0 = self.clock()
+
+    # ---- the estimate
+
+    def pace(self) -> float:
+        spent = sum(self.took.values())
+        expected = sum(self.est.get(i, 0.0) for i in self.took)
+        pace = (spent + self.PRIOR_S) / (expected + self.PRIOR_S)
+        return min(max(pace, self.PACE[0]), self.PACE[1])
+
+    def runs_left_s(self, now: float, pace: float) -> float:
+        """The remaining runs' makespan on the slots from ``now``."""
+        running = [
+            _left_s(self.est.get(i, 0.0) * pace, now - t)
+            for i, t in self.started_at.items()
+            if i not in self.took
+        ]
+        free = sorted(running) + [0.0] * max(0, self.slots - len(running))
+        for i in self.order:
+            if i not in self.started_at and i not in self.took:
+                k = free.index(min(free))
+                free[k] += self.est[i] * pace
+        return max(free, default=0.0)
+
+    def left_s(self) -> float:
+        now = self.clock()
+        pace = self.pace()
+        if self.phase == "runs":
+            return self.runs_left_s(now, pace) + self.report_s * pace + self.page_s
+        spent = now - self.phase_t0
+        if self.phase == "report":
+            return _left_s(self.report_s * pace, spent) + self.page_s
+        return _left_s(self.page_s, spent)
+
+
 class EtaProgress(Progress):
-    """The sweep's progress lines, each with the time left for the whole reproduction."""
+    """The sweep's progress lines, each with the time left for the whole reproduction
+    (``Eta``)."""
 
     def __init__(
         self,
@@ -228,56 +355,54 @@ class EtaProgress(Progress):
         quiet: bool,
         slots: int,
         reported: Sequence[RunSpec] | None = None,
+        figures: int = len(THESIS_FIGURES) + len(LBDD_FIGURES),
+        clock: Callable[[], float] = time.monotonic,
+        stream: TextIO | None = None,
     ) -> None:
         """``specs``: the runs to make; ``reported``: the runs the report reads (default the
-        same; with --resume also those finished earlier)."""
+        same; with --resume also those finished earlier); ``figures``: how many the page
+        draws."""
         super().__init__(len(specs), quiet)
-        #: Runs at a time: before anything finishes, the estimates are shared among them.
-        self.slots = max(1, slots)
-        self.specs = list(specs)
-        self.est = {s.index: estimate_s(s) for s in specs}
-        self.order = [s.index for s in dispatch_order(specs)]
-        self.report_s = report_estimate_s(specs if reported is None else reported)
-        self.finished_ids: set[int] = set()
-        self.spark_done = 0
-        self.phase = "runs"
-        self.runs_wall = 0.0
+        self.stream = stream
+        self.eta = Eta(
+            {s.index: estimate_s(s) for s in specs},
+            [s.index for s in dispatch_order(specs)],
+            slots,
+            report_estimate_s(specs if reported is None else reported),
+            page_estimate_s(figures),
+            clock,
+        )
+        self.t0 = self.eta.t0
 
-    def _done_est(self) -> float:
-        if self.finished_ids:
-            return sum(self.est[i] for i in self.finished_ids)
-        # Spark says how many tasks finished, not which: longest first, as dispatched.
-        return sum(self.est[i] for i in self.order[: self.spark_done])
+    def elapsed(self) -> str:
+        return _clock(self.eta.clock() - self.t0)
 
     def eta_s(self) -> float:
-        elapsed = time.monotonic() - self.t0
-        runs_total = sum(self.est.values())
-        if self.phase == "runs":
-            done = self._done_est()
-            # The pace so far (our estimates vs the clock), once something has finished.
-            if done <= 0:  # nothing finished yet: the estimates, shared among the slots
-                return max(0.0, (runs_total + self.report_s) / self.slots - elapsed)
-            pace = elapsed / done
-            return (runs_total - done) * pace + self.report_s * pace
-        pace = self.runs_wall / runs_total if runs_total else 1.0
-        return max(0.0, self.report_s * pace - (elapsed - self.runs_wall))
+        return self.eta.left_s()
 
     def say(self, message: str) -> None:
         if not self.quiet:
             line = f"[reproduce {self.elapsed()}, ETA {_clock(self.eta_s())}] {message}"
-            print(line, file=sys.stderr, flush=True)
+            print(line, file=self.stream or sys.stderr, flush=True)
+
+    def started(self, spec: RunSpec) -> None:
+        self.eta.started(spec.index)
+        super().started(spec)
 
     def status(self, active: int, completed: int, total: int) -> None:
-        self.spark_done = completed
+        self.eta.spark_status(active, completed)
         super().status(active, completed, total)
 
     def finished(self, spec: RunSpec, outcome: dict[str, Any]) -> None:
-        self.finished_ids.add(spec.index)
+        wall = outcome.get("wall_s")
+        self.eta.finished(spec.index, wall if isinstance(wall, int | float) else None)
         super().finished(spec, outcome)
 
     def start_report(self) -> None:
-        self.phase = "report"
-        self.runs_wall = time.monotonic() - self.t0
+        self.eta.start("report")
+
+    def start_page(self) -> None:
+        self.eta.start("page")
 
 
 @dataclass
@@ -332,7 +457,13 @@ def reproduce(
     prepare_out(out, force, resume)
     reused = finished_runs(plan, out, adopt=True) if resume else {}
     todo = [spec for spec in plan.runs if spec.index not in reused]
-    progress = EtaProgress(todo, quiet, _slots(master) if spark else jobs, reported=plan.runs)
+    progress = EtaProgress(
+        todo,
+        quiet,
+        _slots(master) if spark else jobs,
+        reported=plan.runs,
+        figures=len(_expected(evaluation)),
+    )
     progress.say(
         f"reproducing {evaluation} ({size.name}): {len(plan.runs)} runs "
         f"({', '.join(f'{k} {len(v)}' for k, v in members.items())}), then the report"
@@ -362,19 +493,23 @@ def reproduce(
         progress.start_report()
         ok_dirs = [run_dir(out, plan.runs[r["index"]]) for r in swept.rows if r["status"] == "ok"]
         from rangecast.analysis.report.build import build_report
+        from rangecast.analysis.sweep.spark import watch_report
 
         progress.say(f"report over {len(ok_dirs)} run logs")
-        built = build_report(
-            ok_dirs,
-            master=master,
-            html=out / "figures" / "runs.html",
-            out_dir=out / "figures",
-            spark=session,
-            progress=progress.say,
-        )
+        with watch_report(progress.say, session):
+            built = build_report(
+                ok_dirs,
+                master=master,
+                html=out / "figures" / "runs.html",
+                out_dir=out / "figures",
+                spark=session,
+                progress=progress.say,
+            )
     finally:
         if session is not None and own:
             session.stop()
+    progress.start_page()
+    progress.say("the figures over the seeds, against the papers, and the page")
     recs = records(built["runs"], _part)
     figures = thesis_figures(recs, size.nodes)
     if any(r.part.startswith("lbdd-") for r in recs):

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rangecast.analysis.reproduce.compare import Check, Stat
 from rangecast.analysis.reproduce.evaluate import FigureResult
 
@@ -219,12 +221,21 @@ def values_panels(fig: FigureResult) -> tuple[list[_ValuesPanel], list[Check]]:
 
 
 def _plain(x: float, _pos: Any = None) -> str:
-    """A tick label without scientific notation: 0.5, 1, 2, 30, 1,000."""
+    """A tick label in plain decimals, never scientific nor an offset: 0.5, 1, 2, 30, 1,000,
+    0.00012 (three significant digits at most)."""
     if x == 0:
         return "0"
     if abs(x) >= 1000:
         return f"{x:,.0f}"
-    return f"{x:.3g}"
+    return np.format_float_positional(x, precision=3, unique=True, fractional=False, trim="-")
+
+
+def _plain_axis(axis: Any) -> None:
+    """Plain decimal tick labels on a linear axis (matplotlib's default would switch to an
+    offset or to powers of ten for ratios close to 1 or very small values)."""
+    from matplotlib.ticker import FuncFormatter
+
+    axis.set_major_formatter(FuncFormatter(_plain))
 
 
 def _log_ticks(lo: float, hi: float, candidates: Sequence[float]) -> list[float]:
@@ -325,12 +336,33 @@ def _draw_curves(ax: Any, fig: FigureResult, panel: _CurvePanel, notes: list[str
         ax.xaxis.set_minor_locator(NullLocator())
     else:
         pad = (hi_x - lo_x) * 0.06 or 1.0
+        # The sideways offsets of several curves stay inside the padding.
+        pad = max(pad, DODGE * span * k)
         ax.set_xlim(lo_x - pad, hi_x + pad)
+        _plain_axis(ax.xaxis)
     ax.set_ylim(*_limits(ys, zero=all(y >= 0 for y in ys)))
-    ax.set_xlabel(fig.x_label or "x")
+    _plain_axis(ax.yaxis)
+    ax.set_xlabel(_plots().log_label(fig.x_label or "x") if log else (fig.x_label or "x"))
     ax.set_ylabel(panel.label)
     ax.grid(alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
+    if len(colours) > 1 and len(styles) > 1:
+        # "ours: planetlab: mean", "ours: planetlab: max", ... repeat each part: one entry per
+        # group (its colour) and one per statistic (its line style) say the same once each.
+        from matplotlib.lines import Line2D
+
+        kept = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab.startswith("ours")]
+        others = [(h, lab) for h, lab in zip(handles, labels, strict=True) if (h, lab) not in kept]
+        proxies = [
+            (Line2D([], [], color=c, lw=2.5), f"ours: {g.replace('_', ' ')}")
+            for g, c in colours.items()
+        ]
+        proxies += [
+            (Line2D([], [], color="#555555", ls=ls, lw=1.4), f"ours, {st.replace('_', ' ')}")
+            for st, ls in styles.items()
+        ]
+        handles = [h for h, _ in proxies + others]
+        labels = [lab for _, lab in proxies + others]
     order = sorted(range(len(labels)), key=lambda i: not labels[i].startswith("ours"))
     ax.legend(
         [handles[i] for i in order], [labels[i] for i in order], fontsize=8, ncols=2,
@@ -444,12 +476,11 @@ def _draw_values(ax: Any, panel: _ValuesPanel) -> dict:
         ax.xaxis.set_minor_locator(NullLocator())
     else:
         ax.set_xlim(*_limits(vals, zero=all(v >= 0 for v in vals)))
-        from matplotlib.ticker import FuncFormatter
-
-        ax.xaxis.set_major_formatter(FuncFormatter(_plain))
+        _plain_axis(ax.xaxis)
     ax.set_yticks(ys, [_wrap(r.label, 46) for r in panel.rows], fontsize=8)
     ax.set_ylim(-0.6, n - 0.4)
     label = panel.label + (" (shown, not judged)" if panel.info else "")
+    label = _plots().log_label(label) if log else label
     ax.set_xlabel(label)
     ax.grid(alpha=0.3, axis="x")
     return {

@@ -237,16 +237,19 @@ def _build_report(
         from rangecast.analysis.report.build import build_report
     except ImportError as exc:
         return f"analysis.report is not available ({exc})"
+    from rangecast.analysis.sweep.spark import watch_report
+
     progress.say(f"building the report over {len(run_dirs)} runs")
     try:
-        built = build_report(
-            run_dirs,
-            master=master,
-            html=out / "report.html",
-            out_dir=out,
-            spark=session,
-            progress=progress.say,
-        )
+        with watch_report(progress.say, session):
+            built = build_report(
+                run_dirs,
+                master=master,
+                html=out / "report.html",
+                out_dir=out,
+                spark=session,
+                progress=progress.say,
+            )
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     progress.say(f"report written: {out / 'report.html'}")

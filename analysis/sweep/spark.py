@@ -15,12 +15,14 @@ the executor's JVM threads, not from the busy Python worker, so a long task is n
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
+import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +176,108 @@ def _task_counts(tracker: Any) -> tuple[int, int]:
                 active += stage.numActiveTasks
                 completed += stage.numCompletedTasks
     return active, completed
+
+
+#: Seconds between two lines about the report's Spark jobs (a line only when one finished).
+REPORT_LINE_S = 30.0
+#: Seconds between two polls of Spark's status tracker while the report runs.
+REPORT_POLL_S = 2.0
+
+
+class JobWatch:
+    """What the report's Spark jobs have done, from Spark's status tracker: the report
+    (analysis.report) recomputes its figures as a few dozen Spark jobs and says nothing
+    between its first and last lines (6 minutes over a large sweep). ``poll`` says, at most
+    every ``every_s`` seconds and only when a job finished since (or ``heartbeat_s`` passed),
+    how many of them are done and what runs now (the stage's call site, e.g. ``collect at
+    spark_job.py:346``, and its tasks).
+
+    The report's jobs are those without a job group (the sweep's runs have theirs) that were
+    not there when the watch began. ``tracker`` and ``clock`` are injected: tests pass fakes.
+    """
+
+    def __init__(
+        self,
+        tracker: Any,
+        say: Callable[[str], None],
+        *,
+        every_s: float = REPORT_LINE_S,
+        heartbeat_s: float = HEARTBEAT_S,
+        clock: Callable[[], float] = time.monotonic,
+        fresh: bool = False,
+    ) -> None:
+        """``fresh``: the context is the report's own, every job in it is the report's."""
+        self.tracker = tracker
+        self.say = say
+        self.every_s = every_s
+        self.heartbeat_s = heartbeat_s
+        self.clock = clock
+        self.before: set[int] = set() if fresh else set(self._job_ids())
+        self.done = 0
+        self.last = clock()
+
+    def _job_ids(self) -> list[int]:
+        return list(self.tracker.getJobIdsForGroup(None) or [])
+
+    def poll(self) -> None:
+        done = 0
+        now_running = ""
+        for job_id in sorted(set(self._job_ids()) - self.before):
+            job = self.tracker.getJobInfo(job_id)
+            if job is None:
+                continue
+            if job.status == "SUCCEEDED":
+                done += 1
+            elif job.status == "RUNNING":
+                for stage_id in job.stageIds:
+                    stage = self.tracker.getStageInfo(stage_id)
+                    if stage is not None and stage.numActiveTasks:
+                        name = re.sub(r"\S*/", "", stage.name)  # the call site's file name
+                        now_running = (
+                            f"; running {name} ({stage.numCompletedTasks}/{stage.numTasks} tasks)"
+                        )
+        now = self.clock()
+        since = now - self.last
+        if (done > self.done and since >= self.every_s) or since >= self.heartbeat_s:
+            self.done, self.last = done, now
+            self.say(f"report: {done} Spark job{'s' if done != 1 else ''} done{now_running}")
+
+
+@contextlib.contextmanager
+def watch_report(say: Callable[[str], None], session: Any = None) -> Iterator[None]:
+    """Run the body (a ``build_report``) with a ``JobWatch`` polling in a thread. Without a
+    ``session`` the report starts its own: the watch waits for that session's context."""
+
+    stop = threading.Event()
+    # The jobs there before the report are not its own: counted out now, in this thread.
+    first = JobWatch(session.sparkContext.statusTracker(), say) if session is not None else None
+
+    def own_context() -> Any:
+        try:
+            from pyspark import SparkContext
+        except ImportError:
+            return None
+        return SparkContext._active_spark_context
+
+    def loop() -> None:
+        watch = first
+        while not stop.wait(REPORT_POLL_S):
+            try:
+                if watch is None:
+                    sc = own_context()
+                    if sc is not None:
+                        watch = JobWatch(sc.statusTracker(), say, fresh=True)
+                else:
+                    watch.poll()
+            except Exception:
+                # The session stopping under the watch (the report's own, at its end) is not
+                # the report's failure: the watch just ends.
+                return
+
+    thread = threading.Thread(target=loop, name="report-watch", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10.0)
