@@ -32,6 +32,7 @@ from rangecast.sim.scenario import (
     dht_fields_of,
     optional,
     param,
+    refuse_beyond_memory,
     substrate_title,
 )
 
@@ -39,18 +40,6 @@ from rangecast.sim.scenario import (
 #: 1,000,000 nodes, docs/simulator.md), for the up-front check of a size that cannot fit.
 ROUTE_BYTES_PER_NODE = 5_200
 ROUTE_BASE_BYTES = 200 * 2**20
-
-
-def _available_bytes() -> int | None:
-    """``MemAvailable`` of /proc/meminfo (None where there is none to read)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,14 +84,11 @@ class RouteParams(OnDht):
             raise LocalProtocolError("--repair-s must be >= 0 and the lookup rate > 0")
         if self.keepalives not in ("auto", "on", "off"):
             raise LocalProtocolError("--keepalives must be 'auto', 'on' or 'off'")
-        need = ROUTE_BASE_BYTES + self.nodes * ROUTE_BYTES_PER_NODE
-        have = _available_bytes()
-        if have is not None and need > have:
-            # Said before minutes of node placement, not found out at the end of them.
-            raise LocalProtocolError(
-                f"--nodes {self.nodes:,}: needs about {need / 2**30:,.1f} GiB (about 5 KB a node, "
-                f"measured at 1,000,000 nodes), this machine has {have / 2**30:,.1f} GiB available"
-            )
+        refuse_beyond_memory(
+            self.nodes,
+            ROUTE_BASE_BYTES + self.nodes * ROUTE_BYTES_PER_NODE,
+            f"about {ROUTE_BYTES_PER_NODE / 1000:,.0f} KB a node, measured at 1,000,000 nodes",
+        )
 
     def keepalives_on(self) -> bool:
         """Keep-alives detect failed leaves. In a run where no node fails and no message is

@@ -130,13 +130,15 @@ def available_bytes() -> int | None:
 
 
 def refuse_beyond_memory(
-    nodes: int, need: float, basis: str, have: Callable[[], int | None] = available_bytes
+    nodes: int, need: float, basis: str, have: Callable[[], int | None] | None = None
 ) -> None:
     """Refuse, naming ``--nodes``, a run whose estimated peak memory ``need`` (bytes; ``basis``
     says how it was measured) exceeds what the machine has available (``have()``, by default
     ``available_bytes``): said before minutes of node placement, not found out at the end of
     them (or by the kernel's OOM killer)."""
-    free = have()
+    # ``available_bytes`` looked up at the call, not bound as a default: a test that replaces
+    # this module's ``available_bytes`` then reaches every experiment's check.
+    free = (have or available_bytes)()
     if free is not None and need > free:
         raise LocalProtocolError(
             f"--nodes {nodes:,}: needs about {need / 2**30:,.1f} GiB ({basis}), this machine "

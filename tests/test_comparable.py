@@ -11,6 +11,7 @@ import pytest
 
 from rangecast.sim.comparable import (
     THESIS_EVENTS,
+    THESIS_NETWORK_SIZES,
     THESIS_NODES,
     THESIS_SUBSCRIPTIONS,
     thesis_comparison,
@@ -73,5 +74,24 @@ def test_the_summary_calls_the_rule() -> None:
 def test_report_and_reproduce_call_the_rule() -> None:
     # One rule: the report and the reproduction's page import it rather than decide alone.
     root = Path(__file__).resolve().parent.parent
-    for path in ("analysis/report/build.py", "analysis/reproduce/page.py"):
+    users = (
+        "analysis/report/build.py",
+        "analysis/report/paper.py",
+        "analysis/reproduce/page.py",
+        "analysis/reproduce/notes.py",
+        "analysis/reproduce/evaluate.py",
+    )
+    for path in users:
         assert "rangecast.sim.comparable" in (root / path).read_text(), path
+
+
+def test_the_thesis_setting_is_written_once() -> None:
+    # No second copy of the thesis' size that could drift from the rule's.
+    import rangecast.analysis.report.paper as paper
+
+    root = Path(__file__).resolve().parent.parent
+    for folder in ("analysis", "sim", "cli"):
+        for path in (root / folder).rglob("*.py"):
+            if path.name != "comparable.py":
+                assert "THESIS_NODES =" not in path.read_text(), path
+    assert tuple(paper.THESIS_RTT_BY_SIZE_MS) == THESIS_NETWORK_SIZES

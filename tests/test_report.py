@@ -106,10 +106,12 @@ def _check(groups: list[list[float]], spark: object) -> None:
 
 
 def test_nearest_rank_edges(spark: object) -> None:
-    # n where q n lands on (or, in floating point, just above) an integer: 0.7 * 10 is
-    # 7.000000000000001, so the rank is 8 on both sides; ties; one value; negatives.
+    # n where q n lands on an integer: 0.7 * 10 is exactly 7.0 in doubles, so the rank is
+    # ceil(7.0) = 7 on both sides, not 8; n = 90 where it lands just below one: 0.7 * 90 is
+    # 62.99999999999999, whose ceiling is still 63; ties; one value; negatives.
     groups = [
         [float(i) for i in range(10)],
+        [float(i) for i in range(90)],
         [float(i) for i in range(100)],
         [float(i) for i in range(1, 21)],
         [5.0],

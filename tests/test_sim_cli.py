@@ -288,10 +288,12 @@ def test_a_route_size_that_cannot_fit_is_refused_up_front(monkeypatch: pytest.Mo
     estimated memory exceeds what is available is refused at once, naming both."""
     from rangecast.dht.errors import LocalProtocolError
     from rangecast.sim import route_experiment as re_
+    from rangecast.sim import scenario
 
-    monkeypatch.setattr(re_, "_available_bytes", lambda: 2**30)
+    # The one memory check (sim.scenario.refuse_beyond_memory) reads the machine's memory here.
+    monkeypatch.setattr(scenario, "available_bytes", lambda: 2**30)
     with pytest.raises(LocalProtocolError, match=r"--nodes 1,000,000: needs about 5\.0 GiB"):
         re_.RouteParams(nodes=1_000_000).check()
     re_.RouteParams(nodes=10_000).check()  # 250 MiB: fits
-    monkeypatch.setattr(re_, "_available_bytes", lambda: None)  # nothing to read: no check
+    monkeypatch.setattr(scenario, "available_bytes", lambda: None)  # nothing to read: no check
     re_.RouteParams(nodes=1_000_000).check()

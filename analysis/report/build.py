@@ -32,7 +32,7 @@ from rangecast.analysis.report.systems import as_json as systems_json
 from rangecast.analysis.report.systems import systems
 from rangecast.analysis.report.systems_job import recompute
 from rangecast.dht.substrate import SUBSTRATES
-from rangecast.sim.comparable import Comparison, thesis_comparison
+from rangecast.sim.comparable import THESIS_NODES, Comparison, thesis_comparison
 from rangecast.sim.outputs import ensure_writable_dir
 
 if TYPE_CHECKING:
@@ -486,7 +486,7 @@ def _run_tables(report: Report) -> None:
                 rows,
                 "Thesis: FreePastry, King latencies (mean RTT 175 ms at 1,000 nodes, Table 4.5), "
                 "Java-serialised messages, "
-                f"{paper.THESIS_NODES:,} nodes (this run: {run.params.get('nodes')}). Ours: "
+                f"{THESIS_NODES:,} nodes (this run: {run.params.get('nodes')}). Ours: "
                 "recomputed from the run log. Rows marked ~ are read from 'about N% below X' "
                 "statements.",
                 *setting_text([f]),
@@ -968,7 +968,7 @@ def _scaling(report: Report, out: Path) -> None:
         paper_avg=[
             plots.Line(
                 "thesis (Java-serialised bytes): average at 1,000 nodes (Fig 4.4's mean)",
-                [(paper.THESIS_NODES, paper.PUBLISH_MEAN_B)],
+                [(THESIS_NODES, paper.PUBLISH_MEAN_B)],
             )
         ],
     )
@@ -1056,7 +1056,7 @@ def _scaling(report: Report, out: Path) -> None:
             )
             for stat in ("mean", "max"):
                 v = sum(f.recomputed[bw][stat] for f in fs) / len(fs)
-                stated = stat == "mean" and n == paper.THESIS_NODES
+                stated = stat == "mean" and n == THESIS_NODES
                 rows.append(
                     Row(
                         "4.10",

@@ -19,6 +19,7 @@ from typing import Any
 import rangecast.analysis.report.paper as paper
 from rangecast.analysis.report.model import Report, Row
 from rangecast.analysis.report.templating import render
+from rangecast.sim.comparable import THESIS_NODES
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 #: Runs-table columns whose text may wrap; the others are short and stay on one line.
@@ -69,7 +70,7 @@ def _papers_note() -> str:
     return (
         "Thesis: W. Li, UBC 2008, Chapter 4 (FreePastry simulator, King latency data, mean RTT "
         f"{min(rtts):g}-{max(rtts):g} ms by network size, Table 4.5 "
-        f"({paper.THESIS_RUN_RTT_MS:g} ms at {paper.THESIS_NODES:,} nodes); message sizes are "
+        f"({paper.THESIS_RUN_RTT_MS:g} ms at {THESIS_NODES:,} nodes); message sizes are "
         "Java object serialisation, ours are our wire encoding, so byte ratios measure encoding "
         "as much as protocol). 'ratio' is ours / paper. Latencies are also given in units of "
         "the mean RTT (thesis: King's; ours: the model's), which removes the difference "

@@ -19,6 +19,7 @@ from typing import Any
 import rangecast.analysis.report.paper as paper
 from rangecast.analysis.report.spark_job import received
 from rangecast.analysis.reproduce.compare import Check, Stat, stat_of
+from rangecast.sim.comparable import THESIS_NETWORK_SIZES, THESIS_NODES
 
 #: The thesis' figures, then the LBDD paper's, in page order.
 THESIS_FIGURES = ("4.1", "4.2", "4.3", "4.4", "4.5", "4.6", "4.7", "4.8", "4.9", "4.10")
@@ -400,13 +401,14 @@ def scaling_figures(recs: Sequence[RunRecord]) -> list[FigureResult]:
     )
     lo_ms, hi_ms = paper.SCALE_MAX_LATENCY_MS
     f9.paper_series["thesis (King): maximum, 1.6-1.8 s at every size"] = [
-        (float(n), v) for n in sorted(paper.THESIS_RTT_BY_SIZE_MS) for v in (lo_ms, hi_ms)
+        (float(n), v) for n in THESIS_NETWORK_SIZES for v in (lo_ms, hi_ms)
     ]
     f10.paper_series["thesis: mean at 1,000 nodes (Java-serialised bytes)"] = [
-        (float(paper.THESIS_NODES), paper.PUBLISH_MEAN_B)
+        (float(THESIS_NODES), paper.PUBLISH_MEAN_B)
     ]
     lat, bw = "delivery_latency_ms", "publish_bytes_per_event_per_node"
-    first_n, last_n = paper.THESIS_NODES, max(paper.SCALE_AVG_LATENCY_MS)
+    # From the thesis' run size (sim.comparable's) to the largest it states the growth for.
+    first_n, last_n = THESIS_NODES, max(paper.SCALE_AVG_LATENCY_MS)
     rtt_src = paper.THESIS_RTT_SOURCE
     for model, sizes in sorted(by.items()):
         ns = sorted(sizes)
@@ -465,7 +467,7 @@ def scaling_figures(recs: Sequence[RunRecord]) -> list[FigureResult]:
             )
         )
         for n in ns:
-            if n not in paper.THESIS_RTT_BY_SIZE_MS and n != ns[-1]:
+            if n not in THESIS_NETWORK_SIZES and n != ns[-1]:
                 continue
             king = paper.THESIS_RTT_BY_SIZE_MS.get(n)
             # (A size the thesis did not run is n/a; its range is still in RTTs, of the
