@@ -359,6 +359,7 @@ async def bench(
                     else DEFAULT_QUOTAS
                     if args.saturation_lag_s is None
                     else replace(DEFAULT_QUOTAS, saturation_lag_s=args.saturation_lag_s),
+                    signed_acks=args.signed_acks,
                 ),
                 converge_timeout_s=args.setup_timeout,
             )
@@ -486,6 +487,7 @@ async def bench(
     result["config"] = {
         "peers": args.peers,
         "dht": args.dht,
+        "signed_acks": args.signed_acks,
         "lookup": args.lookup if args.dht == "kademlia" else None,
         "subs": len(subs),
         "sub_clients": n_sub_clients,
@@ -795,6 +797,11 @@ def main() -> int:
         type=float,
         default=None,
         help="event-loop lag refusing publishes outright (default: the peers' own)",
+    )
+    ap.add_argument(
+        "--signed-acks",
+        action="store_true",
+        help="peers sign their end-to-end acks (PeerConfig.signed_acks), for its cost",
     )
     ap.add_argument(
         "--no-admission",

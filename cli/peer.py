@@ -127,6 +127,7 @@ def _peer_start(args: argparse.Namespace) -> int:
         id_difficulty=args.id_difficulty,
         client_tokens=tokens,
         swarm_key=swarm_key,
+        signed_acks=args.signed_acks,
     )
     if state is not None:
         try:
@@ -643,6 +644,12 @@ def add_runtime_parsers(top: Any) -> None:
         "the peers remembered in --state with backoff; fail if --join peers do not answer)",
     )
     start.add_argument("--schema", metavar="NAME|FILE", help="schema (default: thesis)")
+    start.add_argument(
+        "--signed-acks",
+        action="store_true",
+        help="sign end-to-end acks with the peer's key, so a peer that drops a routed message "
+        "cannot answer for its root (costs throughput; every peer of a swarm should agree)",
+    )
     add_dht_options(start, dht=None, peer=True)
     start.add_argument(
         "--capacity", type=int, default=100, help="subscriptions a tree leaf holds before it splits"

@@ -42,6 +42,7 @@ def _up(args: argparse.Namespace) -> int:
             client_tokens=Path(args.client_tokens) if args.client_tokens else None,
             swarm_key=key,
             create_swarm_key=own_key,
+            signed_acks=args.signed_acks,
         )
     )
 
@@ -80,6 +81,9 @@ def add_swarm_parser(top: Any) -> None:
     wait_help = "seconds to wait for the swarm to be ready"
     up.add_argument("--timeout", type=float, default=spec.timeout, help=wait_help)
     up.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    up.add_argument(
+        "--signed-acks", action="store_true", help="every peer signs its end-to-end acks"
+    )
     tokens_help = "every peer requires client tokens from FILE (one a line; default: none)"
     up.add_argument("--client-tokens", metavar="FILE", help=tokens_help)
     key_help = (

@@ -35,6 +35,7 @@ from rangecast.dht.messages import (
     RouteDone,
     RouteWait,
 )
+from rangecast.dht.notary import Notary
 from rangecast.dht.routing import Peer
 from rangecast.dht.suspicion import Suspects
 from rangecast.dht.timers import TimerHeap
@@ -106,6 +107,11 @@ class NodeStats(DropStats):
     quarantine_refused: int = 0
     #: ``RouteDone``-s that came after their deadline, from the hop charged: losses forgiven.
     e2e_late: int = 0
+    #: Signed ``RouteDone``-s refused (``dht.notary``): a bad signature, or a root the
+    #: judging hop knows cannot be the key's.
+    e2e_forged: int = 0
+    #: ``RouteWait``-s refused: the asker's budget for the message was spent (``dht.e2e``).
+    e2e_waits_refused: int = 0
     #: Healing a split (``dht.healing``): pings to peers declared failed, and such peers heard
     #: from again.
     heal_pings: int = 0
@@ -157,6 +163,7 @@ class DhtCore:
         "codec",
         "locality",
         "me",
+        "notary",
         "proximity",
         "rng",
         "space",
@@ -198,6 +205,9 @@ class DhtCore:
         self.rng = rng
         self.proximity: Proximity = proximity or _no_proximity
         self.app = app or Application()
+        #: Signs and checks end-to-end acks (``dht.notary``); set by the driver before the node
+        #: starts. None: unsigned acks, believed as they come.
+        self.notary: Notary | None = None
         self.state = State.IDLE
         self.stats = stats
         self._out: list[tuple[bytes, Message]] = []
@@ -434,6 +444,8 @@ class DhtCore:
             self._advance(msg, key, now, 0)
             return
         track = e2e.tracks[msg.uid] = Track(src)
+        track.key = key
+        track.sign = self.notary is not None and src != msg.origin.addr
         self._advance(msg, key, now, 0)
         self._e2e_settle(msg.uid, track, 0)
 
@@ -505,8 +517,11 @@ class DhtCore:
         track = e2e.tracks.get(msg.uid)
         if track is None:  # we are its origin
             track = e2e.tracks[msg.uid] = Track(None)
-        if track.sends and track.upstream is not None:
-            self._out.append((track.upstream, RouteWait(msg.uid)))
+        if track.sends:
+            if track.upstream is not None:
+                self._out.append((track.upstream, RouteWait(msg.uid, self.me.handle.id)))
+            # A new attempt: the waits the old next hop drew are not the new one's doing.
+            track.waits.clear()
         track.sends += 1
         track.msg = msg
         track.key = key
@@ -533,7 +548,13 @@ class DhtCore:
             return
         del e2e.tracks[uid]
         if track.upstream is not None:
-            self._out.append((track.upstream, RouteDone(uid)))
+            notary = self.notary
+            done = (
+                RouteDone(uid, self.me.handle.id, notary.sign(uid, track.key))
+                if track.sign and notary is not None
+                else RouteDone(uid)
+            )
+            self._out.append((track.upstream, done))
 
     def _track_from(self, uid: int, src: bytes) -> Track | None:
         """The track of ``uid`` if ``src`` is the hop it was sent on to; None (a late,
@@ -564,33 +585,91 @@ class DhtCore:
                     self._demote(hop, now)
 
     def _on_route_done(self, msg: RouteDone, src: bytes, now: float) -> None:
+        e2e = self._e2e
         track = self._track_from(msg.uid, src)
         if track is None:
-            e2e = self._e2e
-            if e2e is not None and (hop := e2e.late_answer(msg.uid, src)) is not None:
-                # Slow, not lost: the hop forwards what it acknowledges (``dht.e2e``).
-                self.stats.e2e_late += 1
-                self._cleared(hop)
+            late = e2e.late_from(msg.uid, src) if e2e is not None else None
+            if late is None or not self._done_believed(msg, late[1], late[0], set()):
+                return
+            assert e2e is not None
+            # Slow, not lost: the hop forwards what it acknowledges (``dht.e2e``).
+            e2e.late_answer(msg.uid)
+            self.stats.e2e_late += 1
+            self._cleared(late[0])
             return
-        e2e = self._e2e
         assert e2e is not None and track.next_hop is not None
+        if not self._done_believed(msg, track.key, track.next_hop.id, track.excluded):
+            return  # as if unsaid: the deadline charges the hop that passed it on
         del e2e.tracks[msg.uid]
         self.stats.e2e_done += 1
         e2e.delivered(track.next_hop.id)
         self._cleared(track.next_hop.id)
         if track.upstream is not None:
-            self._out.append((track.upstream, RouteDone(msg.uid)))
+            self._out.append((track.upstream, msg))
+
+    def _done_believed(self, msg: RouteDone, key: int, hop: int, excluded: set[int]) -> bool:
+        """Whether a ``RouteDone`` for ``key`` from next hop ``hop`` shows the message ended at
+        a node that may end it (``dht.notary``); always, without a notary. Unsigned, it is the
+        next hop's own word that it ended it (its link is authenticated, as is a root naming
+        itself); naming another node, it needs that node's proof."""
+        notary = self.notary
+        if notary is None:
+            return True
+        space = self.space
+        if not msg.root:
+            root = hop
+        elif len(msg.root) != space.nbytes:
+            root = -1
+        else:
+            root = space.from_bytes(msg.root)
+            if root != hop and not notary.verify(msg.uid, key, msg.root, msg.proof):
+                root = -1
+        if root >= 0 and self._root_plausible(key, root, excluded):
+            return True
+        self.stats.e2e_forged += 1
+        return False
+
+    def _root_plausible(self, key: int, root: int, excluded: set[int]) -> bool:
+        """Whether ``root`` may be the node that ends a message for ``key``, as far as this
+        node knows (the DHT's own test; the base believes any)."""
+        return True
 
     def _on_route_wait(self, msg: RouteWait, src: bytes, now: float) -> None:
         track = self._track_from(msg.uid, src)
         if track is None:
             return
-        if track.waits >= self.cfg.max_reroutes:
+        if not self._wait_granted(track, msg.by):
+            self.stats.e2e_waits_refused += 1
             return  # a hop that keeps asking for time is not given it for ever
-        track.waits += 1
         self._e2e_arm(msg.uid, track, now)
         if track.upstream is not None:
-            self._out.append((track.upstream, RouteWait(msg.uid)))
+            self._out.append((track.upstream, msg))
+
+    def _wait_granted(self, track: Track, by: bytes) -> bool:
+        """Whether ``track`` honours one more ``RouteWait`` asked by ``by`` (``dht.e2e``).
+
+        Each asker gets ``max_reroutes`` per attempt, and at most ``e2e_hops`` askers count.
+        The next hop asking for itself has re-routed: a new attempt further on, so the budgets
+        of the hops beyond it start again (bounded, since its own asks are). A staller next to
+        an honest hop exhausts its budget there and at every hop above at the same count; the
+        hop nearest it, its deadline nested shortest, times out first and charges it, and that
+        hop's own re-route then renews the budgets above it instead of costing an honest hop
+        a loss. Claims of ``by`` are not checked: a liar can name at most ``e2e_hops`` askers,
+        so it stalls a message by at most ``e2e_hops * max_reroutes`` waits and is then
+        charged."""
+        cfg = self.cfg
+        waits = track.waits
+        n = waits.get(by, 0)
+        if n >= cfg.max_reroutes or (n == 0 and len(waits) >= cfg.e2e_hops):
+            return False
+        nh = track.next_hop
+        if nh is not None and nh.handle.id == by:
+            mine = n + 1
+            waits.clear()
+            waits[by] = mine
+        else:
+            waits[by] = n + 1
+        return True
 
     def _on_e2e_timeout(self, uid: int, deadline: float, now: float) -> None:
         """No ``RouteDone`` from the next hop in time: charge it a loss (demote it after
@@ -604,7 +683,7 @@ class DhtCore:
         assert nh is not None
         self._pending.pop(uid, None)  # its hop ack no longer matters
         self.stats.e2e_losses += 1
-        e2e.timed_out(uid, nh)
+        e2e.timed_out(uid, nh, track.key)
         # Losses of messages still in flight when it was demoted do not demote it again.
         if e2e.lost(nh.id) and not e2e.quarantined(nh.id, now):
             confirm = self.cfg.demote_confirm_s  # type: ignore[attr-defined]

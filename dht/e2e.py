@@ -14,9 +14,19 @@ only: ``Track.excluded``).
 
 Deadlines are nested by the hops still to go, so the hop nearest the loss times out first:
 ``(ack_floor_s + ack_rtt_factor * RTT) * max(1, e2e_hops - hops)``. A hop that re-routes tells
-its upstream (``RouteWait(uid)``, passed on towards the origin), which restarts its deadline
-instead of blaming an honest hop for a loss further on; each track honours at most
-``max_reroutes`` of them, so a liar cannot stall it for ever.
+its upstream (``RouteWait(uid, by)``, ``by`` its own id, passed on unchanged towards the
+origin), which restarts its deadline instead of blaming an honest hop for a loss further on.
+A track honours at most ``max_reroutes`` waits per asker and ``e2e_hops`` askers, and a wait
+its next hop asks for itself (a new attempt further on) renews the budgets of the askers beyond
+it (``DhtCore._wait_granted``). So a staller next to an honest hop spends its budget there and
+at every hop above at the same count; the nearest hop, whose deadline is shortest, charges it
+first, and that hop's own re-route renews the budgets above instead of costing an honest hop a
+loss. A liar naming made-up askers stalls a message by at most ``e2e_hops * max_reroutes``
+waits per attempt and is then charged.
+
+With a notary (``dht.notary``) the root signs its ``RouteDone``, and a hop believes it only if
+the signature is the named root's and the named root may be the key's as far as the hop knows:
+a hop that drops what it should forward cannot answer for the root.
 
 Judgement is local: a node believes only what it observed itself, never what another node
 says about a third (no avoid list travels with the message), so no peer can get an honest one
@@ -41,7 +51,8 @@ not lose them, so it cannot demote an honest hop. 0 (the simulator's default): a
 Limits: only routed messages (``Route``) are checked end to end; direct messages (replication,
 notifications) are not, and a dropper that forwards just enough to break every run of
 ``demote_after`` losses is never demoted (its losses are still re-routed, at the cost of a
-deadline each). Kademlia has no end-to-end acknowledgements.
+deadline each). A root that swallows its own keys' messages and signs their ``RouteDone`` is
+believed: it is the key's root (``dht.notary``). Kademlia has no end-to-end acknowledgements.
 """
 
 from __future__ import annotations
@@ -65,6 +76,7 @@ class Track:
         "next_hop",
         "reroutes",
         "sends",
+        "sign",
         "upstream",
         "waits",
     )
@@ -80,10 +92,14 @@ class Track:
         self.reroutes = 0
         #: How many times it was sent on from here (a re-route sends it again).
         self.sends = 0
-        #: ``RouteWait``-s honoured.
-        self.waits = 0
+        #: ``RouteWait``-s honoured since the current next hop last re-routed, per the node
+        #: that asked (``RouteWait.by``).
+        self.waits: dict[bytes, int] = {}
         #: Next hops that lost it: not tried again for this message.
         self.excluded: set[int] = set()
+        #: Whether a ``RouteDone`` from here must carry the proof (``dht.notary``): only when
+        #: the upstream hop is not the origin, which needs no proof of what its next hop says.
+        self.sign = False
 
 
 class EndToEnd:
@@ -108,27 +124,31 @@ class EndToEnd:
         self.losses: dict[int, int] = {}
         #: Demoted id -> end of its quarantine.
         self.quarantine: dict[int, float] = {}
-        #: uid of a message whose deadline passed -> (the hop charged, its address).
-        self.late: dict[int, tuple[int, bytes]] = {}
+        #: uid of a message whose deadline passed -> (the hop charged, its address, the key).
+        self.late: dict[int, tuple[int, bytes, int]] = {}
         #: Hop id -> (the hop, when it is demoted unless it answers first).
         self.pending: dict[int, tuple[Peer, float]] = {}
 
-    def timed_out(self, uid: int, hop: Peer) -> None:
+    def timed_out(self, uid: int, hop: Peer, key: int) -> None:
         """``uid``'s deadline passed at ``hop``: a late ``RouteDone`` may still clear it."""
         late = self.late
-        late[uid] = (hop.id, hop.addr)
+        late[uid] = (hop.id, hop.addr, key)
         if len(late) > LATE_KEPT:
             del late[next(iter(late))]
 
-    def late_answer(self, uid: int, src: bytes) -> int | None:
-        """A ``RouteDone`` for a timed-out ``uid`` from the hop charged with it: that hop's id
-        (its losses cleared), else None."""
+    def late_from(self, uid: int, src: bytes) -> tuple[int, int] | None:
+        """For a ``RouteDone`` of a timed-out ``uid``: (the hop charged, the key) if ``src`` is
+        that hop's address, else None (only the hop charged can answer late)."""
         entry = self.late.get(uid)
         if entry is None or entry[1] != src:
             return None
-        del self.late[uid]
+        return entry[0], entry[2]
+
+    def late_answer(self, uid: int) -> None:
+        """A believed ``RouteDone`` for the timed-out ``uid`` came from the hop charged with it
+        (the caller checked ``late[uid]``): that hop's losses are cleared."""
+        entry = self.late.pop(uid)
         self.delivered(entry[0])
-        return entry[0]
 
     def due(self, now: float) -> list[Peer]:
         """The pending demotions whose time came: taken out, to be demoted."""

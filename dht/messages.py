@@ -13,6 +13,9 @@ from rangecast.dht.wire import U8, U63, Handle, Message, MessageTable, Payload, 
 
 #: A routing-table row number, or -1 for "none yet".
 Row = Annotated[int, msgspec.Meta(ge=-1, le=255)]
+#: A root's proof on its ``RouteDone`` (``dht.notary``): a real peer's is its Ed25519 public key
+#: and signature, 96 bytes.
+Proof = Annotated[bytes, msgspec.Meta(max_length=128)]
 
 
 class Route(Message, tag=1, frozen=True):
@@ -125,16 +128,23 @@ class FoundNodes(Message, tag=16, frozen=True):
 
 class RouteDone(Message, tag=17, frozen=True):
     """End-to-end acknowledgement of a ``Route`` (``e2e_acks``): sent by the key's root to the
-    hop it came from, and passed back hop by hop along the reverse path to the origin."""
+    hop it came from, and passed back hop by hop along the reverse path to the origin. With a
+    notary (``dht.notary``) the root names itself (``root``, its node id) and signs (``proof``);
+    without one both are empty."""
 
     uid: U63
+    root: WireBytes = b""
+    proof: Proof = b""
 
 
 class RouteWait(Message, tag=18, frozen=True):
     """From a hop that is re-routing a ``Route`` (a loss further on): its upstream hops extend
-    their deadline instead of blaming it, and pass the word on towards the origin."""
+    their deadline instead of blaming it, and pass the word on towards the origin. ``by`` is
+    the node id of the hop that re-routed (relays keep it): each hop's budget of waits is
+    counted per ``by`` (``dht.e2e``)."""
 
     uid: U63
+    by: WireBytes
 
 
 #: The DHTs' message table: every stack's codec includes it (``codec_for(DHT_TABLE, ...)``).

@@ -120,6 +120,12 @@ class PastryConfig:
     #: from it (and no delivery) comes within this long (``dht.e2e``): a slow hop answers
     #: late, a dropper never. 0: at once (the simulator's default).
     demote_confirm_s: float = 0.0
+    #: With a notary (``dht.notary``), a signed ``RouteDone`` is believed only from one of the
+    #: ``e2e_root_rank`` nodes closest to the key that the judging hop knows, no further than
+    #: ``e2e_root_spread`` mean leaf-set spacings from it. Ours: the papers do not treat a
+    #: lying root; 3 leaves room for the node serving in place of a dropper and one stale entry.
+    e2e_root_rank: int = 3
+    e2e_root_spread: float = 8.0
 
     def __post_init__(self) -> None:
         check_heal_config(self.heal_s, self.heal_peers, self.heal_keep_s)
@@ -135,6 +141,8 @@ class PastryConfig:
             raise LocalProtocolError("need e2e_hops >= 1, demote_after >= 1, quarantine_s >= 0")
         if not self.e2e_rtt_s >= 0:
             raise LocalProtocolError("e2e_rtt_s must be >= 0")
+        if self.e2e_root_rank < 1 or not self.e2e_root_spread > 0:
+            raise LocalProtocolError("need e2e_root_rank >= 1 and e2e_root_spread > 0")
         if not 0 <= self.suspect_s < math.inf or not 0 <= self.demote_confirm_s < math.inf:
             raise LocalProtocolError("suspect_s and demote_confirm_s must be >= 0 and finite")
 
@@ -273,6 +281,25 @@ class PastryNode(DhtCore):
         for p in chain(self.leaves.members(), self.table.entries()):
             seen.setdefault(p.id, p)
         return list(seen.values())
+
+    def _root_plausible(self, key: int, root: int, excluded: set[int]) -> bool:
+        """Whether ``root`` may have ended a message for ``key`` (``dht.notary``): among the
+        ``e2e_root_rank`` nodes closest to it that this node knows (itself included, the
+        next hops the message lost excluded), and, unless the leaf set covers the ring, within
+        ``e2e_root_spread`` mean leaf-set spacings of it."""
+        cfg = self.cfg
+        space = self.space
+        d = space.distance(root, key)
+        closer = 1 if space.distance(self.me.id, key) < d and root != self.me.id else 0
+        for p in self.known_peers():
+            if p.id != root and p.id not in excluded and space.distance(p.id, key) < d:
+                closer += 1
+                if closer >= cfg.e2e_root_rank:
+                    return False
+        leaves = self.leaves
+        if leaves.wraps:
+            return True
+        return d * len(leaves) <= cfg.e2e_root_spread * leaves.span()
 
     # ------------------------------------------------------------------------------- routing
 

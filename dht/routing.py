@@ -174,6 +174,11 @@ class LeafSet:
         self.right = right[: self.half]
         self._refresh()
 
+    def span(self) -> int:
+        """The length of ring the leaf set covers, from its farthest left to its farthest right
+        member (``span() / len(self)`` is the mean spacing of ids around this node)."""
+        return self._left_span + self._right_span
+
     def in_range(self, key: int) -> bool:
         """Is ``key`` between the leftmost and rightmost leaf (so its root is a leaf or us)?"""
         if self.wraps:

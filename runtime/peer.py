@@ -57,7 +57,7 @@ from rangecast.dht.errors import (
 )
 from rangecast.dht.healing import HEAL_S
 from rangecast.dht.kademlia import KademliaConfig, KademliaNode
-from rangecast.dht.messages import Direct, HopAck, Route, RouteDone
+from rangecast.dht.messages import Direct, HopAck, Route, RouteDone, RouteWait
 from rangecast.dht.node import PastryConfig, State
 from rangecast.dht.routing import Peer
 from rangecast.dht.substrate import DHTS, DhtConfig, DhtNode, make_dht, substrate
@@ -115,6 +115,7 @@ from rangecast.runtime.identity import (
 )
 from rangecast.runtime.kademlia_bridge import KademliaService
 from rangecast.runtime.messages import Authed, Hello, HelloReply, Sealed, SessionOpen
+from rangecast.runtime.notary import Ed25519Notary
 from rangecast.runtime.quotas import DEFAULT_QUOTAS, ClientLedger, Quotas, remote_host
 from rangecast.runtime.service import ClientSession, Owner
 from rangecast.runtime.tokens import ClientTokens
@@ -156,6 +157,10 @@ class PeerConfig:
     #: the kademlia package's own server answers Kademlia RPCs on the same port over UDP).
     dht: str = "pastry"
     pastry: PastryConfig = RUNTIME_PASTRY
+    #: Signed end-to-end acks (``dht.notary``, ``--signed-acks``): a hop that drops a routed
+    #: message cannot answer for its root. Off by default: on the 32-peer one-process bench
+    #: it cost 12% of the sustained event rate and 20% more bytes per event (docs/runtime.md).
+    signed_acks: bool = False
     kademlia: KademliaConfig = RUNTIME_KADEMLIA
     #: With ``dht="kademlia"``: also run the kademlia package's server (UDP, same port number),
     #: so plain Kademlia nodes can bootstrap from this peer and share its key/value store.
@@ -230,9 +235,16 @@ TUNING_ENV = "RANGECAST_TEST_TUNING"
 #: Test-only: ``Type:n``, the n-th ``Type`` message (a DHT message class name such as ``Ping``)
 #: given to the core raises instead of being handled, to test the barrier (``_feed``); or
 #: ``drop-all`` (``DROP_ALL``): the peer acknowledges every routed hop and drops every routed and
-#: direct message instead of handling or forwarding it (a dropping peer, for the e2e tests).
+#: direct message instead of handling or forwarding it (a dropping peer, for the e2e tests);
+#: ``forge-done`` (``FORGE_DONE``): the same, answering each routed message's ``RouteDone``
+#: itself, signed as if it were the key's root; ``stall`` (``STALL``): the same, asking the
+#: hop before it for more time (``RouteWait``) for every message it holds, every ``tick_s``.
 FAULT_ENV = "RANGECAST_TEST_FAULT"
 DROP_ALL = "drop-all"
+FORGE_DONE = "forge-done"
+STALL = "stall"
+#: Messages a ``stall`` fault keeps asking time for (the most recent).
+STALL_HELD = 1024
 _TUNABLE_PARTS = ("pastry", "kademlia", "overlay", "quotas", "batching", "trust")
 #: What reaching a peer (connect and link handshake) may raise, whatever the far end does:
 #: refuse, accept and close, reset, time out, answer garbage.
@@ -296,11 +308,13 @@ class _Fault:
     """``RANGECAST_TEST_FAULT``: which message to fail (see ``FAULT_ENV``); or, for a peer in a
     test's process (``PeerRuntime.cut_off``), the peers whose messages are lost (a partition)."""
 
-    __slots__ = ("cut", "drop_all", "kind", "left")
+    __slots__ = ("cut", "drop_all", "held", "kind", "left")
 
     def __init__(self, spec: str, cut: frozenset[bytes] = frozenset()) -> None:
         self.cut = cut
-        self.drop_all = spec == DROP_ALL
+        self.drop_all = spec in (DROP_ALL, FORGE_DONE, STALL)
+        #: ``stall``: (uid, the hop it came from) of the messages held.
+        self.held: dict[int, bytes] = {}
         if cut:
             self.kind, self.left = "cut", 0
             return
@@ -540,6 +554,9 @@ class PeerRuntime:
         # Replica sets spread across /24s and /48s: one network's many ids cannot hold every
         # copy of a tree node (``dht.locality``).
         dht.locality = lambda peer: address_group(peer.addr)
+        if self.cfg.signed_acks:
+            # End-to-end acks signed by the root, so a hop cannot answer for it (dht.notary).
+            dht.notary = Ed25519Notary(self.identity)
         self._node = dht
         self.core = OverlayPeer(
             dht,
@@ -703,8 +720,8 @@ class PeerRuntime:
         item: QueueItem
         if type(msg) is HopAck:
             item = msg.uid  # the link coalesces acks (``runtime/batching.py``)
-        elif type(msg) is RouteDone:
-            item = done_item(msg.uid)
+        elif type(msg) is RouteDone and not msg.proof:
+            item = done_item(msg.uid)  # unsigned: as compact as a hop ack
         else:
             try:
                 item = self._codec.encode(msg)
@@ -873,6 +890,8 @@ class PeerRuntime:
         while True:
             await trio.sleep(self.cfg.tick_s)
             self._check_pause(trio.current_time())
+            if self._fault is not None:
+                self._stall()
 
     def _check_pause(self, now: float) -> None:
         """A jump of the clock between two of our own wake-ups means the process could not run
@@ -1243,6 +1262,7 @@ class PeerRuntime:
                 if self._fault.drop_all and isinstance(msg, (Route, Direct)):
                     if isinstance(msg, Route):
                         self._send(src, HopAck(msg.uid))  # "received", and then dropped
+                        self._misbehave(msg, src)
                     self.fault_dropped += 1
                     return
                 self._fault.check(msg)
@@ -1255,6 +1275,29 @@ class PeerRuntime:
             self._pump()
         except Exception as exc:
             self._internal_error("handling %s", type(msg).__name__, exc=exc)
+
+    def _misbehave(self, msg: Route, src: bytes) -> None:
+        """Test-only: what a ``forge-done`` or ``stall`` fault does with a routed message it
+        drops (``FAULT_ENV``)."""
+        fault = self._fault
+        node = self._node
+        assert fault is not None and node is not None
+        if fault.kind == FORGE_DONE and node.notary is not None:
+            key = node.space.from_bytes(msg.key)
+            self._send(src, RouteDone(msg.uid, node.me.handle.id, node.notary.sign(msg.uid, key)))
+        elif fault.kind == STALL:
+            fault.held[msg.uid] = src
+            if len(fault.held) > STALL_HELD:
+                del fault.held[next(iter(fault.held))]
+
+    def _stall(self) -> None:
+        """Test-only: a ``stall`` fault asks for more time for every message it holds."""
+        fault = self._fault
+        if fault is None or fault.kind != STALL or self._node is None:
+            return
+        me = self._node.me.handle.id
+        for uid, src in fault.held.items():
+            self._send(src, RouteWait(uid, me))
 
     def set_fault(self, spec: str | None) -> None:
         """Test-only: what ``RANGECAST_TEST_FAULT`` sets, for a peer in a test's process."""
@@ -1481,6 +1524,10 @@ def _e2e_status(dht: DhtNode) -> dict[str, Any] | None:
         "quarantine_refused": st.quarantine_refused,
         "in_flight": len(e2e.tracks),
         "late": st.e2e_late,
+        # Signed acks refused (a bad proof, or a root that cannot be the key's: dht.notary),
+        # and requests for more time refused (the asker's budget spent: dht.e2e).
+        "forged": st.e2e_forged,
+        "waits_refused": st.e2e_waits_refused,
         "demotions_pending": len(e2e.pending),
         "suspected": st.suspected,
         "suspicions_cleared": st.suspicions_cleared,

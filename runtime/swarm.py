@@ -70,6 +70,8 @@ class SwarmSpec:
     swarm_key: Path | None = None
     #: Make ``swarm_key`` (a new random key, mode 0600) if it does not exist yet.
     create_swarm_key: bool = False
+    #: Every peer signs its end-to-end acks (``peer start --signed-acks``).
+    signed_acks: bool = False
 
 
 def _alive(pid: int) -> bool:
@@ -203,6 +205,8 @@ def _spawn(i: int, port: int, dir_: Path, join: int | None, args: SwarmSpec) -> 
         cmd += ["--client-tokens", str(args.client_tokens)]
     if args.swarm_key is not None:
         cmd += ["--swarm-key", str(args.swarm_key)]
+    if args.signed_acks:
+        cmd += ["--signed-acks"]
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(
             cmd,

@@ -64,9 +64,12 @@ class LiveSwarm:
         return [p.poll() is None for p in self.procs]
 
     def rss_mib(self) -> list[float]:
-        """Each peer's resident memory now (VmRSS), in MiB."""
+        """Each peer's resident memory now (VmRSS), in MiB (0 for a peer that has exited)."""
         out = []
         for p in self.procs:
+            if p.poll() is not None:
+                out.append(0.0)
+                continue
             text = Path(f"/proc/{p.pid}/status").read_text()
             kib = next(int(line.split()[1]) for line in text.splitlines() if line[:6] == "VmRSS:")
             out.append(kib / 1024.0)

@@ -193,11 +193,12 @@ def test_a_late_answer_forgives_the_losses_and_the_pending_demotion() -> None:
     e2e = EndToEnd(demote_after=2, quarantine_s=600.0)
     hop = Peer(7, b"hop", Handle(bytes(20), b"hop"))
     for uid in (1, 2):
-        e2e.timed_out(uid, hop)
+        e2e.timed_out(uid, hop, 1000 + uid)
         demote = e2e.lost(hop.id)
     assert demote
     e2e.pending[hop.id] = (hop, 30.0)
-    assert e2e.late_answer(1, b"someone else") is None  # only the hop charged can answer
-    assert e2e.late_answer(1, b"hop") == hop.id
+    assert e2e.late_from(1, b"someone else") is None  # only the hop charged can answer
+    assert e2e.late_from(1, b"hop") == (hop.id, 1001)
+    e2e.late_answer(1)
     assert not e2e.pending and not e2e.losses and e2e.due(100.0) == []
-    assert e2e.late_answer(1, b"hop") is None  # once
+    assert e2e.late_from(1, b"hop") is None  # once

@@ -12,7 +12,15 @@ import trio
 from runtime_harness import oracle_round
 
 from rangecast.runtime.inprocess import start_local_swarm
-from rangecast.runtime.peer import DROP_ALL, RUNTIME_PASTRY, PeerConfig, PeerRuntime, _Fault
+from rangecast.runtime.peer import (
+    DROP_ALL,
+    FORGE_DONE,
+    RUNTIME_PASTRY,
+    STALL,
+    PeerConfig,
+    PeerRuntime,
+    _Fault,
+)
 
 # Shorter deadlines than the defaults, so that catching the dropper takes seconds: a hop ack
 # within 0.5 s + 4 RTT, the end-to-end unit 0.7 s, nested over 4 hops.
@@ -78,3 +86,53 @@ def test_the_drop_all_fault_is_parsed_and_the_barrier_fault_still_is() -> None:
     assert _Fault(DROP_ALL).drop_all
     one = _Fault("Ping:2")
     assert not one.drop_all and (one.kind, one.left) == ("Ping", 2)
+
+
+# A leaf set smaller than the swarm, so routes have hops in the middle: where a forger is a
+# next hop for keys it is not the root of, the only place a signed ack can refute it.
+SMALL_LEAVES = replace(CONFIG, pastry=replace(CONFIG.pastry, leaf_set_size=4), signed_acks=True)
+
+
+@pytest.mark.slow  # about 60-150 s: deadlines, then a round after the attack stops
+@pytest.mark.parametrize("fault", [FORGE_DONE, STALL])
+def test_a_forging_or_stalling_peer_harms_no_honest_peer(fault: str) -> None:
+    """A peer that drops what it should forward and answers ``RouteDone`` itself, signed as
+    the root (``forge-done``), or keeps asking for time (``stall``): no honest peer is demoted
+    by another, a staller's asks are refused and counted, and once it stops a round equals the
+    oracle within 30 s. (A forger among the 3 closest peers to a key, as the judging peer knows
+    them, is believed, ``dht.notary``: in a swarm this small that is most of its keys, so the
+    round during the attack may lose subscriptions and is only measured.)"""
+    report: dict[str, object] = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            peers = await start_local_swarm(nursery, PEERS, seed=19, config=SMALL_LEAVES)
+            bad = peers[DROPPER]
+            bad.set_fault(fault)
+            honest = [p for i, p in enumerate(peers) if i != DROPPER]
+            subs, pubs = _ports(peers, 0, 8), _ports(peers, 2, 10)
+            report["during"] = None  # a lost subscription is never acknowledged
+            with trio.move_on_after(90):
+                report["during"] = await oracle_round(subs, pubs, 191, n_subs=30, n_events=60)
+            report["dropped"] = bad.fault_dropped
+            bad.set_fault(None)  # the attack stops
+            report["after"] = None
+            with trio.move_on_after(30):
+                report["after"] = await oracle_round(subs, pubs, 192, n_subs=30, n_events=60)
+            report["status"] = [p.status() for p in honest]
+            report["bad_id"] = bad.identity.node_id.hex()
+            for p in peers:
+                p.stop()
+
+    trio.run(main)
+    statuses = report["status"]
+    assert isinstance(statuses, list)
+    e2e = [s["dht"]["end_to_end"] for s in statuses]
+    forged, refused = sum(e["forged"] for e in e2e), sum(e["waits_refused"] for e in e2e)
+    print(f"{fault}: during {report['during']}, after {report['after']}, forged {forged}")
+    assert report["after"] == (0, 0, 0)
+    dropped = report["dropped"]
+    assert isinstance(dropped, int) and dropped > 0
+    assert all(set(e["quarantined"]) <= {report["bad_id"]} for e in e2e)
+    if fault == STALL:
+        assert refused > 0

@@ -30,6 +30,7 @@ from live_swarm import (
     open_from,
     sample_rss,
     status,
+    stop_processes,
     wait_for,
 )
 from runtime_harness import oracle_round
@@ -654,5 +655,65 @@ def test_a_peer_that_drops_everything_is_detected(tmp_path: Path) -> None:
         assert first[0] > 0 or demoted > 0  # the fault is real: losses, or noticed at once
         assert demoted > 0
         assert last == (0, 0, 0)
+    finally:
+        s.stop()
+
+
+async def _leaf_sets_of(ports: list[int], size: int) -> bool:
+    """Every peer's leaf set holds ``size`` peers (a swarm larger than one leaf set)."""
+    for port in ports:
+        st = await status(port)
+        if len({*st["leaf_set"]["left"], *st["leaf_set"]["right"]}) < size:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("fault", ["forge-done", "stall"])
+def test_a_peer_that_forges_acks_or_stalls_harms_no_honest_peer(tmp_path: Path, fault: str) -> None:
+    """Eight peer processes with leaf sets of 4 (so routes have hops in the middle), peer 5
+    dropping what it should forward and either answering ``RouteDone`` itself, signed as the
+    key's root (``forge-done``), or asking for more time every tick (``stall``). A staller's
+    asks are refused and counted (``end_to_end.waits_refused``), no honest peer quarantines another,
+    every peer stays up within the memory bound, and after it leaves a round equals the
+    oracle within 30 s. (A forger among the 3 closest peers to a key, as the judging peer
+    knows them, is believed, ``dht.notary``: in eight peers that is most of its keys, so its
+    forgeries are measured, not asserted.)"""
+    n, bad = 8, 5
+    fast = (
+        "signed_acks=true,pastry.leaf_set_size=4,pastry.ack_floor_s=0.5,pastry.e2e_rtt_s=0.05,"
+        "pastry.e2e_hops=4"
+    )
+    tuning = {i: {"RANGECAST_TEST_TUNING": f"{TUNING},{fast}"} for i in range(n)}
+    tuning[bad] = {**tuning[bad], "RANGECAST_TEST_FAULT": fault}
+    s = LiveSwarm(tmp_path, n, tuning, ["--id-difficulty", "0"])
+    honest = [p for i, p in enumerate(s.ports) if i != bad]
+    bad_id = s.identity(bad).node_id.hex()
+    try:
+
+        async def main() -> tuple[tuple[int, int, int], tuple[int, int, int], list[Any]]:
+            with trio.fail_after(600):  # a guard against a hang
+                assert await wait_for(lambda: _leaf_sets_of(s.ports, 4), 120)
+                subs, pubs = (honest[0], honest[3]), (honest[1], honest[5])
+                during = (-1, -1, -1)  # a lost subscription is never acknowledged
+                with trio.move_on_after(90):
+                    during = await oracle_round(subs, pubs, 501, 30, 60)
+                await trio.to_thread.run_sync(stop_processes, [s.procs[bad]])  # it stops
+                after = (-1, -1, -1)  # not within 30 s
+                with trio.move_on_after(30):
+                    after = await oracle_round(subs, pubs, 502, 30, 60)
+                return during, after, [await status(p) for p in honest]
+
+        during, after, sts = trio.run(main)
+        e2e = [st["dht"]["end_to_end"] for st in sts]
+        counted = sum(e["forged" if fault == "forge-done" else "waits_refused"] for e in e2e)
+        peaks = [mib for i, mib in enumerate(s.rss_mib()) if i != bad]
+        MEASURED[fault] = {"during": during, "after": after, "counted": counted, "rss": peaks}
+        print(f"{fault}: during {during}, after {after}, counted {counted}")
+        assert [a for i, a in enumerate(s.alive()) if i != bad] == [True] * (n - 1)
+        assert max(peaks) < RSS_BOUND_MIB
+        assert all(set(e["quarantined"]) <= {bad_id} for e in e2e)
+        if fault == "stall":
+            assert counted > 0  # a forger near its keys is believed (dht.notary): measured only
+        assert after == (0, 0, 0)
     finally:
         s.stop()
