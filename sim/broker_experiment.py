@@ -78,6 +78,7 @@ from rangecast.sim.scenario import (
     check_finite,
     flat,
     param,
+    require,
 )
 from rangecast.sim.thesis_experiment import MatchOracle
 from rangecast.sim.workloads import Plan, WorkloadSpec, paper_plan, plan
@@ -208,12 +209,19 @@ class BrokerParams:
         check_finite(self)
         if self.system not in SYSTEMS:
             raise LocalProtocolError(f"system is one of {', '.join(SYSTEMS)}, not {self.system!r}")
-        if self.nodes < 2 or self.events < 0 or self.subs_per_node <= 0:
-            raise LocalProtocolError("need --nodes >= 2, --events >= 0, --subs-per-node > 0")
-        if self.arity < 1 or self.max_size < 1 or self.trees < 0 or self.threshold < 1:
-            raise LocalProtocolError("need --arity, --max-size, --threshold >= 1, --trees >= 0")
-        if self.groups < 1 or self.cells < 1:
-            raise LocalProtocolError("need --groups >= 1 and --cells >= 1")
+        at_least_1 = (lambda v: v >= 1, "must be at least 1")
+        require(
+            self,
+            ("nodes", lambda v: v >= 2, "must be at least 2"),
+            ("events", lambda v: v >= 0, "must be at least 0"),
+            ("subs_per_node", lambda v: v > 0, "must be more than 0"),
+            ("arity", *at_least_1),
+            ("max_size", *at_least_1),
+            ("threshold", *at_least_1),
+            ("trees", lambda v: v >= 0, "must be at least 0"),
+            ("groups", *at_least_1),
+            ("cells", *at_least_1),
+        )
         if not 1 <= self.clusters <= self.nodes:
             raise LocalProtocolError("--clusters must be in [1, --nodes]")
         if not 0 <= self.weight <= 100:
@@ -222,8 +230,9 @@ class BrokerParams:
             raise LocalProtocolError("inter-arrival times must be positive")
         if self.workload not in WORKLOADS:
             raise LocalProtocolError(f"workload is one of {', '.join(WORKLOADS)}")
-        if self.workload != "thesis" and not 1 <= self.publishers <= self.nodes // 2:
-            raise LocalProtocolError("need 1 <= --publishers <= --nodes/2")
+        if self.workload != "thesis":
+            half = self.nodes // 2
+            require(self, ("publishers", lambda v: 1 <= v <= half, "must be in [1, {nodes}/2]"))
         if not 0 <= self.sub_brokers <= self.nodes:
             raise LocalProtocolError("--sub-brokers is 0 (all) or in [1, --nodes]")
         if not 0 <= self.warmup < 1:

@@ -33,7 +33,7 @@ from rangecast.sim.pubsub_scenario import (
     ReplicatedResult,
     lost_subscriptions,
 )
-from rangecast.sim.scenario import OnDht, param
+from rangecast.sim.scenario import OnDht, param, require
 
 REPLICA_KINDS = ("ReplicaPut", "ReplicaOp", "ReplicaDrop")
 #: The DHT's own repair traffic: Pastry's leaf-set and row requests; Kademlia's lookups (which,
@@ -94,10 +94,13 @@ class ChurnParams(OnDht):
             raise LocalProtocolError("--fail-fraction must be in [0, 1)")
         if not 1 <= self.replicas <= 9:
             raise LocalProtocolError("--replicas must be in [1, 9]")
-        if self.subs_per_node <= 0 or self.events < 0:
-            raise LocalProtocolError("need --subs-per-node > 0 and --events >= 0")
-        if self.repair_s < 0 or self.settle_s < 0:
-            raise LocalProtocolError("need --repair-s >= 0")
+        require(
+            self,
+            ("subs_per_node", lambda v: v > 0, "must be more than 0"),
+            ("events", lambda v: v >= 0, "must be at least 0"),
+            ("repair_s", lambda v: v >= 0, "must be at least 0"),
+            ("settle_s", lambda v: v >= 0, "must be at least 0"),
+        )
         if self.joins < 0:
             raise LocalProtocolError("--joins must be >= 0")
         if self.session_median_s is not None and self.session_median_s <= 0:

@@ -387,18 +387,28 @@ def compare(
             **extra,
         )
 
+    # Every system's parameters built and checked before the first run: a value one system
+    # refuses must not cost the runs of the systems before it.
+    every: dict[str, ThesisParams | BrokerParams] = {}
+    for system in order:
+        if system == "thesis":
+            every[system] = params(ThesisParams, **shared)
+        else:
+            every[system] = params(BY_SYSTEM[system].params_type, **shared)
+    for p in every.values():
+        p.check()
     for system in order:
         say = progress(system) if progress is not None else None
         log = base / system if base is not None else None
         if system == "thesis":
             sc = _MeasuredThesis()
-            tp = params(ThesisParams, **shared)
+            tp = every[system]
+            assert isinstance(tp, ThesisParams)
             out.rows.append(_thesis_row(sc, sc.run(tp, say, log, force=force)))
         else:
-            scenario = BY_SYSTEM[system]
-            bp = params(scenario.params_type, **shared)
+            bp = every[system]
             assert isinstance(bp, BrokerParams)
-            out.rows.append(_broker_row(scenario().run(bp, say, log, force=force)))
+            out.rows.append(_broker_row(BY_SYSTEM[system]().run(bp, say, log, force=force)))
     if base is not None:
         doc = {"format": "rangecast-compare", "systems": order, **out.json()}
         (base / COMPARE_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True))

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rangecast.dht.errors import LocalProtocolError
 from rangecast.pubsub.base import OverlayConfig
 from rangecast.sim.options import positive_float
 from rangecast.sim.pubsub_scenario import PubSubScenario, ReplicatedResult
-from rangecast.sim.scenario import OnDht, Verdict, flat, param
+from rangecast.sim.scenario import OnDht, Verdict, flat, param, require
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +31,12 @@ class CrashRootParams(OnDht):
 
     def check(self) -> None:
         self.check_common()
-        if self.nodes < 2 or self.events < 0 or not 1 <= self.replicas <= 9:
-            raise LocalProtocolError("need --nodes >= 2, --events >= 0, --replicas in [1, 9]")
+        require(
+            self,
+            ("nodes", lambda v: v >= 2, "must be at least 2"),
+            ("events", lambda v: v >= 0, "must be at least 0"),
+            ("replicas", lambda v: 1 <= v <= 9, "must be in [1, 9]"),
+        )
 
 
 @dataclass(kw_only=True, slots=True)

@@ -23,7 +23,7 @@ from rangecast.dht.substrate import DhtConfig
 from rangecast.pubsub.base import OverlayConfig
 from rangecast.sim.options import positive_float
 from rangecast.sim.pubsub_scenario import PubSubScenario, ReplicatedResult
-from rangecast.sim.scenario import OnDht, Verdict, flat, param
+from rangecast.sim.scenario import OnDht, Verdict, flat, param, require
 
 #: Simulated seconds between two looks at the neighbours while the overlay merges.
 _LOOK_S = 1.0
@@ -46,8 +46,12 @@ class PartitionParams(OnDht):
 
     def check(self) -> None:
         self.check_common()
-        if self.nodes < 2 or self.events < 0 or not 1 <= self.replicas <= 9:
-            raise LocalProtocolError("need --nodes >= 2, --events >= 0, --replicas in [1, 9]")
+        require(
+            self,
+            ("nodes", lambda v: v >= 2, "must be at least 2"),
+            ("events", lambda v: v >= 0, "must be at least 0"),
+            ("replicas", lambda v: 1 <= v <= 9, "must be in [1, 9]"),
+        )
         if not 0 < self.side < 1 or self.split_s < 0 or self.after_s < 0 or self.heal_s <= 0:
             raise LocalProtocolError(
                 "need --side in (0, 1), --split-s >= 0, --after-s >= 0, --heal-s > 0"

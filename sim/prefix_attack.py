@@ -36,7 +36,7 @@ from rangecast.pubsub.base import NodeKey, OverlayConfig
 from rangecast.pubsub.replication import INTERNAL_REPLICAS
 from rangecast.pubsub.tree import TreeNode
 from rangecast.sim.pubsub_scenario import PubSubScenario, ReplicatedResult
-from rangecast.sim.scenario import OnDht, Verdict, flat
+from rangecast.sim.scenario import OnDht, Verdict, flat, require
 
 STRATEGIES = ("replica-set", "neighbourhood")
 ATTACKER = "attacker"
@@ -61,8 +61,11 @@ class PrefixAttackParams(OnDht):
 
     def check(self) -> None:
         self.check_common(self.nodes)
-        if not 0.0 <= self.attacker_fraction < 1.0 or self.strategy not in STRATEGIES:
-            raise LocalProtocolError(f"need attacker_fraction in [0, 1), strategy in {STRATEGIES}")
+        require(
+            self,
+            ("attacker_fraction", lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+            ("strategy", lambda v: v in STRATEGIES, f"must be one of {', '.join(STRATEGIES)}"),
+        )
         if not 1 <= self.replicas <= 9:
             raise LocalProtocolError("replicas must be in [1, 9]")
 

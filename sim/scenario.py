@@ -28,7 +28,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
-from rangecast.dht.errors import LocalProtocolError
+from rangecast.dht.errors import FieldError, LocalProtocolError
 from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.node import PastryNode
 from rangecast.dht.wire import MessageTable, codec_for
@@ -115,6 +115,17 @@ class OnDht:
         if nodes is not None and nodes < 1:
             raise LocalProtocolError("--nodes must be at least 1")
         dht_config(self.dht, lookup=self.lookup, root_cache=self.root_cache)
+
+
+def require(params: object, *rules: tuple[str, Callable[[Any], bool], str]) -> None:
+    """Refuse the first field of ``params`` whose value fails its rule, as
+    ``FieldError(field, value, why)``: the command line names it by its option and value
+    (``--nodes 1: must be at least 2``, cli.options.field_error). One field per complaint,
+    never a list of conditions to check by hand."""
+    for name, ok, why in rules:
+        value = getattr(params, name)
+        if not ok(value):
+            raise FieldError(name, value, why)
 
 
 def available_bytes() -> int | None:

@@ -268,6 +268,29 @@ def test_overlay_options_are_named_with_their_value(
     assert err.startswith(f"rangecast: error: {want}"), err
 
 
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        (["sim", "run", "partition", "--nodes", "1"], "--nodes 1: must be at least 2"),
+        (["sim", "run", "crash-root", "--replicas", "12"], "--replicas 12: must be in [1, 9]"),
+        (["sim", "run", "crash-root", "--events", "-3"], "--events -3: must be at least 0"),
+        (["sim", "run", "siena", "--arity", "0"], "--arity 0: must be at least 1"),
+        (["sim", "compare", "--nodes", "1"], "--nodes 1: must be at least 2"),
+    ],
+)
+def test_scenario_checks_name_the_one_option_that_failed(
+    args: list[str], want: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30 item 4: a scenario's check names the option that failed and its value, not a
+    list of conditions to check by hand (``sim.scenario.require``)."""
+    from rangecast.cli.main import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"rangecast: error: {want}"), err
+
+
 def test_overlay_config_errors_name_the_field_in_python() -> None:
     """Outside the command line the field is named as in Python; the error survives a trip
     to a sweep's worker process (pickled from its parts)."""
