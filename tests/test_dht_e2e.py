@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -113,15 +114,17 @@ def route_round(
     first: int,
     count: int,
     keys: list[int],
+    origin: Callable[[int], int] | None = None,
 ) -> dict[int, list[int]]:
-    """Route ``count`` messages (lids from ``first``) from random honest nodes, to ``keys``
-    and random keys, run until quiet; where each lid was delivered."""
+    """Route ``count`` messages (lids from ``first``) from random honest nodes (or from
+    ``origin(key)``), to ``keys`` and random keys, run until quiet; check each was delivered
+    once, at its honest root."""
     honest = [i for i in range(len(net.nodes)) if i != dropper]
     want: dict[int, int] = {}
     for k in range(count):
         lid = first + k
         key = keys[k] if k < len(keys) else net.space.random_id(rng)
-        src = rng.choice(honest)
+        src = rng.choice(honest) if origin is None else origin(key)
         want[lid] = honest_root(net, key, dropper)
         net.nodes[src].route(key, lid.to_bytes(4, "big"), sim.now)
         sim.poke(src)
@@ -338,17 +341,8 @@ def forged_round(n: int, seed: int, forger: int, kind: type[Dropper] = Forger) -
     sim, net, log, bad = build(n, seed, forger, signed=True, kind=kind)
     f_id = net.nodes[forger].id
     rng = random.Random(seed)
-    want: dict[int, int] = {}
-    for lid, key in enumerate(forged_keys(net, forger, rng, 40)):
-        src = through(net, forger, key, rng)
-        want[lid] = honest_root(net, key, forger)
-        net.nodes[src].route(key, lid.to_bytes(4, "big"), sim.now)
-        sim.poke(src)
-    sim.run()
-    got: dict[int, list[int]] = {lid: [] for lid in want}
-    for lid, where in log:
-        got[lid].append(where)
-    assert got == {lid: [root] for lid, root in want.items()}
+    keys = forged_keys(net, forger, rng, 40)
+    route_round(sim, net, log, forger, rng, 0, 40, keys, lambda k: through(net, forger, k, rng))
     stats = _stats(net, forger)
     for i, node in enumerate(net.nodes):
         if i != forger:
