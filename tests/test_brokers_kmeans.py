@@ -242,5 +242,5 @@ def test_sim_run_kmeans_is_exact_and_floods_uninterested_servers() -> None:
     assert v.expected_deliveries > 0 and (v.missed, v.duplicates, v.false_positives) == (0, 0, 0)
     assert r.false_positive_receptions > 0 and r.setup_messages == 0
     assert r.layout["groups"] <= 4 and r.layout["cells"] <= 3**4
-    with pytest.raises(LocalProtocolError, match="--groups"):
+    with pytest.raises(LocalProtocolError, match="groups 0: must be at least 1"):
         scenario.params_type(groups=0).check()  # type: ignore[attr-defined]
