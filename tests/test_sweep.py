@@ -136,7 +136,10 @@ BAD_PLANS = [
         "scenario = 'kyra'\n[base]\nmax_size = 'big'\n",
         "[base] max_size (scenario 'kyra'): expected an integer",
     ),
-    ("scenario = 'siena'\n[base]\nnodes = 1\n", "siena run r000_seed-1 (nodes=1, seed=1): nodes 1: must be at least 2"),
+    (
+        "scenario = 'siena'\n[base]\nnodes = 1\n",
+        "siena run r000_seed-1 (nodes=1, seed=1): nodes 1: must be at least 2",
+    ),
 ]
 
 
