@@ -42,7 +42,13 @@ from rangecast.dht.messages import (
     RowRequest,
 )
 from rangecast.dht.wire import MAX_FRAME_BYTES, Codec, Message, MessageTable, codec_for
-from rangecast.runtime.identity import Identity, PeerAddress, SwarmKey, meets_puzzle
+from rangecast.runtime.identity import (
+    Identity,
+    PeerAddress,
+    PublicKeys,
+    SwarmKey,
+    meets_puzzle,
+)
 from rangecast.runtime.messages import (
     RUNTIME_TABLE,
     Authed,
@@ -361,7 +367,7 @@ class Gate:
         self.core_types = frozenset(
             cls for table in wire.tables if table is not RUNTIME_TABLE for cls in table.types
         )
-        self._keys: OrderedDict[bytes, Ed25519PublicKey] = OrderedDict()
+        self._keys = PublicKeys()
 
     def open(self, env: Sealed, now: float = 0.0) -> tuple[bytes, Message] | None:
         """The (sender address, core message) inside ``env``, or None (and a counted reason).
@@ -469,7 +475,7 @@ class Gate:
             if not hmac.compare_digest(msg.proof, key.mac(_OPEN_PROOF + opened)):
                 rej.add(SWARM_KEY_WRONG)
                 return None
-        if not self._verify_raw(msg.key, msg.sig, opened):
+        if not self._keys.verify(msg.key, msg.sig, opened):
             rej.add("bad signature")
             return None
         try:
@@ -524,25 +530,9 @@ class Gate:
             return None
         return [(session.src, ack) for ack in acks]
 
-    def _verify_raw(self, key_bytes: bytes, sig: bytes, data: bytes) -> bool:
-        key = self._keys.get(key_bytes)
-        if key is None:
-            try:
-                key = Ed25519PublicKey.from_public_bytes(key_bytes)
-            except ValueError:
-                return False
-            self._keys[key_bytes] = key
-            if len(self._keys) > 4096:
-                self._keys.popitem(last=False)
-        try:
-            key.verify(sig, data)
-        except InvalidSignature:
-            return False
-        return True
-
     def _verify(self, env: Sealed) -> bool:
         data = signed_bytes(env.key, env.src, env.dst, env.epoch, env.seq, env.body)
-        return self._verify_raw(env.key, env.sig, data)
+        return self._keys.verify(env.key, env.sig, data)
 
 
 # ------------------------------------------------------------------------------ link sessions

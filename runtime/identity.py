@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,36 @@ _PUZZLE_DOMAIN = b"rangecast/id-puzzle/1\x00"
 _PUZZLE_BITS = 256
 
 log = logging.getLogger("rangecast.identity")
+
+
+class PublicKeys:
+    """Ed25519 signature checks against raw public keys, the keys seen last kept parsed
+    (parsing costs about as much as the check itself): the guard's frames and the notary's
+    end-to-end acks check through one of these each."""
+
+    __slots__ = ("_kept", "_keys")
+
+    def __init__(self, kept: int = 4096) -> None:
+        self._kept = kept
+        self._keys: OrderedDict[bytes, Ed25519PublicKey] = OrderedDict()
+
+    def verify(self, key_bytes: bytes, sig: bytes, data: bytes) -> bool:
+        """Whether ``sig`` over ``data`` is by ``key_bytes``; False for a malformed key."""
+        keys = self._keys
+        key = keys.get(key_bytes)
+        if key is None:
+            try:
+                key = Ed25519PublicKey.from_public_bytes(key_bytes)
+            except ValueError:
+                return False
+            keys[key_bytes] = key
+            if len(keys) > self._kept:
+                keys.popitem(last=False)
+        try:
+            key.verify(sig, data)
+        except InvalidSignature:
+            return False
+        return True
 
 
 def node_id_of(public_key: bytes) -> bytes:

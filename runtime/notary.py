@@ -5,18 +5,13 @@ A proof is the root's public key (32 bytes) and its signature (64) over ``dht.no
 signed text; it is the root's because SHA-1 of that key is the root's node id
 (``runtime/identity.py``), so no peer can sign for another. Verifying costs one Ed25519
 check per hop a ``RouteDone`` passes; the keys seen last are kept parsed, as the guard keeps
-its own (``runtime/guard.py``).
+its own (``identity.PublicKeys``).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
 from rangecast.dht.notary import signed_text
-from rangecast.runtime.identity import KEY_BYTES, SIG_BYTES, Identity, node_id_of
+from rangecast.runtime.identity import KEY_BYTES, SIG_BYTES, Identity, PublicKeys, node_id_of
 
 #: Parsed public keys kept (the roots a peer hears from most: its neighbours' neighbours).
 KEYS_KEPT = 1024
@@ -30,7 +25,7 @@ class Ed25519Notary:
     def __init__(self, identity: Identity) -> None:
         self._identity = identity
         self._prefix = identity.public_key
-        self._keys: OrderedDict[bytes, Ed25519PublicKey] = OrderedDict()
+        self._keys = PublicKeys(KEYS_KEPT)
 
     def sign(self, uid: int, key: int) -> bytes:
         ident = self._identity
@@ -42,23 +37,7 @@ class Ed25519Notary:
         raw = proof[:KEY_BYTES]
         if node_id_of(raw) != root:
             return False  # a key that is not the named root's
-        keys = self._keys
-        public = keys.get(raw)
-        if public is None:
-            try:
-                public = Ed25519PublicKey.from_public_bytes(raw)
-            except ValueError:
-                return False
-            keys[raw] = public
-            if len(keys) > KEYS_KEPT:
-                keys.popitem(last=False)
-        else:
-            keys.move_to_end(raw)
-        try:
-            public.verify(proof[KEY_BYTES:], signed_text(uid, key, root))
-        except InvalidSignature:
-            return False
-        return True
+        return self._keys.verify(raw, proof[KEY_BYTES:], signed_text(uid, key, root))
 
 
 __all__ = ["Ed25519Notary"]
