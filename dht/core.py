@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
-from rangecast.dht.e2e import EndToEnd, Track
+from rangecast.dht.e2e import EndToEnd, Track, direct_ledger
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
 from rangecast.dht.healing import Graveyard
 from rangecast.dht.ids import IdSpace
 from rangecast.dht.locality import Locality
 from rangecast.dht.messages import (
     DHT_TABLE,
+    AckedDirect,
     Direct,
     HopAck,
     JoinRequest,
@@ -112,6 +113,11 @@ class NodeStats(DropStats):
     e2e_forged: int = 0
     #: ``RouteWait``-s refused: the asker's budget for the message was spent (``dht.e2e``).
     e2e_waits_refused: int = 0
+    #: ``Direct``-s acknowledged by their receiver (``dht.e2e``), unanswered by their deadline,
+    #: and charged as losses once their receiver proved alive.
+    e2e_direct_done: int = 0
+    e2e_direct_unanswered: int = 0
+    e2e_direct_losses: int = 0
     #: Healing a split (``dht.healing``): pings to peers declared failed, and such peers heard
     #: from again.
     heal_pings: int = 0
@@ -141,6 +147,8 @@ class Pending:
 T_ACK = 0
 #: Timer kind of an end-to-end deadline (``dht.e2e``), above every core's own kinds.
 T_E2E = 31
+#: Timer kind of a ``Direct``'s end-to-end deadline (``dht.e2e``).
+T_DIRECT = 30
 
 #: A timer handler: (node, the entry's argument, its deadline, now).
 TimerHandler = Callable[[Any, Any, float, float], None]
@@ -334,6 +342,9 @@ class DhtCore:
                 if t is None or t.deadline != deadline:
                     heapq.heappop(timers)
                     continue
+            elif kind == T_DIRECT and self._e2e is not None and arg not in self._e2e.directs:
+                heapq.heappop(timers)
+                continue
             return deadline
         return None
 
@@ -405,8 +416,19 @@ class DhtCore:
         raise NotImplementedError
 
     def send_direct(self, peer: Peer, payload: bytes, now: float) -> None:
-        """Send ``payload`` straight to ``peer``'s address (no routing, no ack)."""
-        self._out.append((peer.addr, Direct(self.me.handle, payload)))
+        """Send ``payload`` straight to ``peer``'s address (no routing); with ``e2e_acks``,
+        expecting its ``RouteDone`` (``dht.e2e``)."""
+        e2e = self._e2e
+        if e2e is None or peer.id == self.me.id:
+            self._out.append((peer.addr, Direct(self.me.handle, payload)))
+            return
+        uid = self.rng.getrandbits(63)
+        self._out.append((peer.addr, AckedDirect(uid, self.me.handle, payload)))
+        e2e.directs[uid] = peer
+        cfg = self.cfg
+        # One hop's end-to-end unit: the deadline a routed message's last hop gets.
+        deadline = now + cfg.ack_floor_s + cfg.ack_rtt_factor * cfg.e2e_rtt_s
+        self._timers.push(deadline, T_DIRECT, uid)
 
     # -------------------------------------------------------------------- routed hops, acked
 
@@ -494,11 +516,19 @@ class DhtCore:
             self.stats.suspected += 1
             self._out.append((peer.addr, Ping(self.me.handle)))
 
-    def _cleared(self, ident: int) -> None:
-        """``ident`` spoke to us itself: a suspicion of it was wrong (``dht.suspicion``)."""
+    def _cleared(self, ident: int, now: float) -> None:
+        """``ident`` spoke to us itself: a suspicion of it was wrong (``dht.suspicion``), and
+        the ``Direct``-s it left unanswered it dropped (``dht.e2e``)."""
         s = self._suspects
         if s is not None and s.clear(ident):
             self.stats.suspicions_cleared += 1
+        e2e = self._e2e
+        if e2e is not None and e2e.doubted:
+            doubt = e2e.doubted.pop(ident, None)
+            if doubt is not None:
+                for _ in range(doubt[1]):
+                    self.stats.e2e_direct_losses += 1
+                    self._charge(doubt[0], direct_ledger(ident), now)
 
     def _declare_suspects(self, now: float) -> None:
         """Declare failed the peers suspected for longer than ``suspect_s``."""
@@ -586,16 +616,22 @@ class DhtCore:
 
     def _on_route_done(self, msg: RouteDone, src: bytes, now: float) -> None:
         e2e = self._e2e
+        if e2e is not None and msg.uid in e2e.directs:
+            self._on_direct_done(msg.uid, src, now)
+            return
         track = self._track_from(msg.uid, src)
         if track is None:
             late = e2e.late_from(msg.uid, src) if e2e is not None else None
-            if late is None or not self._done_believed(msg, late[1], late[0], set()):
+            if late is None:
+                return
+            # A ``Direct``'s (key -1) is its receiver's own word; a route's may need proof.
+            if late[1] >= 0 and not self._done_believed(msg, late[1], late[0], set()):
                 return
             assert e2e is not None
             # Slow, not lost: the hop forwards what it acknowledges (``dht.e2e``).
             e2e.late_answer(msg.uid)
             self.stats.e2e_late += 1
-            self._cleared(late[0])
+            self._cleared(late[0], now)
             return
         assert e2e is not None and track.next_hop is not None
         if not self._done_believed(msg, track.key, track.next_hop.id, track.excluded):
@@ -603,7 +639,7 @@ class DhtCore:
         del e2e.tracks[msg.uid]
         self.stats.e2e_done += 1
         e2e.delivered(track.next_hop.id)
-        self._cleared(track.next_hop.id)
+        self._cleared(track.next_hop.id, now)
         if track.upstream is not None:
             self._out.append((track.upstream, msg))
 
@@ -684,13 +720,7 @@ class DhtCore:
         self._pending.pop(uid, None)  # its hop ack no longer matters
         self.stats.e2e_losses += 1
         e2e.timed_out(uid, nh, track.key)
-        # Losses of messages still in flight when it was demoted do not demote it again.
-        if e2e.lost(nh.id) and not e2e.quarantined(nh.id, now):
-            confirm = self.cfg.demote_confirm_s  # type: ignore[attr-defined]
-            if confirm > 0:
-                e2e.pending.setdefault(nh.id, (nh, now + confirm))
-            else:
-                self._demote(nh, now)
+        self._charge(nh, nh.id, now)
         if track.reroutes >= self.cfg.max_reroutes:
             del e2e.tracks[uid]
             self.stats.drop("end-to-end: too many reroutes")
@@ -704,6 +734,53 @@ class DhtCore:
         finally:
             self._avoiding = frozenset()
         self._e2e_settle(uid, track, sends)
+
+    def _charge(self, hop: Peer, ledger: int, now: float) -> None:
+        """One loss to ``hop`` in ``ledger`` (``EndToEnd.losses``): after ``demote_after`` in a
+        row it is demoted, at once or, with ``demote_confirm_s``, unless it answers late
+        first."""
+        e2e = self._e2e
+        assert e2e is not None
+        # Losses of messages still in flight when it was demoted do not demote it again.
+        if e2e.lost(ledger) and not e2e.quarantined(hop.id, now):
+            confirm = self.cfg.demote_confirm_s  # type: ignore[attr-defined]
+            if confirm > 0:
+                e2e.pending.setdefault(ledger, (hop, now + confirm))
+            else:
+                self._demote(hop, now)
+
+    def _on_direct_done(self, uid: int, src: bytes, now: float) -> None:
+        e2e = self._e2e
+        assert e2e is not None
+        peer = e2e.directs[uid]
+        if peer.addr != src:
+            return  # only its receiver answers for it
+        del e2e.directs[uid]
+        self.stats.e2e_direct_done += 1
+        e2e.direct_delivered(peer.id)
+        self._cleared(peer.id, now)
+
+    def _on_direct_timeout(self, uid: int, deadline: float, now: float) -> None:
+        """No ``RouteDone`` for a ``Direct`` in time: with suspicion the receiver is doubted
+        and suspected, a loss once it proves alive; without, a loss now (``dht.e2e``)."""
+        e2e = self._e2e
+        assert e2e is not None
+        peer = e2e.directs.pop(uid, None)
+        if peer is None:
+            return
+        self.stats.e2e_direct_unanswered += 1
+        e2e.timed_out(uid, peer, -1)
+        if self._suspects is None:
+            self.stats.e2e_direct_losses += 1
+            self._charge(peer, direct_ledger(peer.id), now)
+            return
+        e2e.doubt(peer)
+        self._silent(peer, now)
+
+    def _forget_doubts(self, ident: int) -> None:
+        """``ident`` was declared failed or left: what it did not answer was a crash's."""
+        if self._e2e is not None:
+            self._e2e.doubted.pop(ident, None)
 
     # ------------------------------------------------------- healing a split (dht.healing)
     def _bury(self, peer: Peer, now: float) -> None:
@@ -750,12 +827,15 @@ class DhtCore:
         if p is not None and p.next_hop.addr == src:
             del self._pending[msg.uid]
             if self._suspects is not None:
-                self._cleared(p.next_hop.id)
+                self._cleared(p.next_hop.id, now)
 
-    def _on_direct(self, msg: Direct, src: bytes, now: float) -> None:
+    def _on_direct(self, msg: Direct | AckedDirect, src: bytes, now: float) -> None:
         sender = msg.sender
         if len(sender.id) != self.space.nbytes:
             raise RemoteProtocolError(f"sender id of {len(sender.id)} bytes")
+        if type(msg) is AckedDirect:
+            # Taken, before the application judges it: a refusal is an answer, not a loss.
+            self._out.append((src, RouteDone(msg.uid)))
         self.app.receive_direct(msg.payload, sender, now)
 
     # -------------------------------------------------------------------------------- helpers
@@ -773,6 +853,7 @@ def _no_proximity(peer: Peer) -> float:
 
 __all__ = [
     "T_ACK",
+    "T_DIRECT",
     "T_E2E",
     "Application",
     "DhtCore",

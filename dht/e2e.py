@@ -48,11 +48,35 @@ arrives from the hop it was charged to clears that hop's losses (``NodeStats.e2e
 with no delivery and no late answer from it (``pending``): load alone slows answers but does
 not lose them, so it cannot demote an honest hop. 0 (the simulator's default): at once.
 
-Limits: only routed messages (``Route``) are checked end to end; direct messages (replication,
-notifications) are not, and a dropper that forwards just enough to break every run of
-``demote_after`` losses is never demoted (its losses are still re-routed, at the cost of a
-deadline each). A root that swallows its own keys' messages and signs their ``RouteDone`` is
-believed: it is the key's root (``dht.notary``). Kademlia has no end-to-end acknowledgements.
+Direct messages (the application's hand-offs, replica copies, notifications and relays) are
+acknowledged too: they go as ``AckedDirect`` with a ``uid``, and the receiver answers
+``RouteDone(uid)`` as soon as its core takes it, before the application handles it (a refusal
+is an answer, not a loss). There is nowhere else to send it, so a missing answer within one
+hop's deadline (``ack_floor_s + ack_rtt_factor * e2e_rtt_s``) is not re-sent; it is the
+evidence:
+
+=================================  ==========================================================
+event                              action
+=================================  ==========================================================
+no answer by the deadline          with suspicion (``dht.suspicion``): the receiver is
+                                   *doubted* and suspected (pinged); without: a loss at once
+the doubted receiver speaks        alive, so what it did not answer it dropped: each doubted
+(``_cleared``)                     message is a loss charged to it, as for a routed loss
+the answer comes late              a late answer: its losses and doubts are cleared
+the receiver is declared failed    a crash, not a drop: its doubts are forgotten uncharged
+=================================  ==========================================================
+
+So a crashed receiver is a silence (suspected, then declared failed, quarantined by no one),
+and a live one that drops what is sent to it is demoted like a dropping hop. The application
+recovers through the demotion: the receiver leaves the replica sets and groups it was in, and
+the next reconciliation re-homes what it held.
+
+Limits: a dropper that forwards just enough to break every run of ``demote_after`` losses is
+never demoted (its losses are still re-routed, at the cost of a deadline each). A receiver's
+``RouteDone`` for a ``Direct`` is its own word, so a relay that answers and then does not
+relay is not caught here. A root that swallows its own keys' messages and signs their
+``RouteDone`` is believed: it is the key's root (``dht.notary``). Kademlia has no end-to-end
+acknowledgements.
 """
 
 from __future__ import annotations
@@ -108,6 +132,8 @@ class EndToEnd:
 
     __slots__ = (
         "demote_after",
+        "directs",
+        "doubted",
         "late",
         "losses",
         "pending",
@@ -120,17 +146,25 @@ class EndToEnd:
         self.demote_after = demote_after
         self.quarantine_s = quarantine_s
         self.tracks: dict[int, Track] = {}
-        #: Next hop id -> losses since its last delivery (a delivery clears it).
+        #: Ledger -> losses since its last delivery (a delivery clears it). A peer has two
+        #: ledgers, kept apart so that serving one kind of message does not excuse dropping the
+        #: other: its id for routed messages, ``direct_ledger(id)`` for direct ones.
         self.losses: dict[int, int] = {}
         #: Demoted id -> end of its quarantine.
         self.quarantine: dict[int, float] = {}
         #: uid of a message whose deadline passed -> (the hop charged, its address, the key).
         self.late: dict[int, tuple[int, bytes, int]] = {}
-        #: Hop id -> (the hop, when it is demoted unless it answers first).
+        #: Ledger -> (the hop, when it is demoted unless it answers first).
         self.pending: dict[int, tuple[Peer, float]] = {}
+        #: uid of a ``Direct`` sent -> its receiver, until its ``RouteDone`` or deadline.
+        self.directs: dict[int, Peer] = {}
+        #: Receiver id -> (the receiver, its ``Direct``-s unanswered by their deadline): losses
+        #: once it proves alive, nothing if it is declared failed.
+        self.doubted: dict[int, tuple[Peer, int]] = {}
 
     def timed_out(self, uid: int, hop: Peer, key: int) -> None:
-        """``uid``'s deadline passed at ``hop``: a late ``RouteDone`` may still clear it."""
+        """``uid``'s deadline passed at ``hop``: a late ``RouteDone`` may still clear it
+        (``key`` -1: a ``Direct``, whose receiver's word needs no proof)."""
         late = self.late
         late[uid] = (hop.id, hop.addr, key)
         if len(late) > LATE_KEPT:
@@ -147,28 +181,43 @@ class EndToEnd:
     def late_answer(self, uid: int) -> None:
         """A believed ``RouteDone`` for the timed-out ``uid`` came from the hop charged with it
         (the caller checked ``late[uid]``): that hop's losses are cleared."""
-        entry = self.late.pop(uid)
-        self.delivered(entry[0])
+        ident, _, key = self.late.pop(uid)
+        if key >= 0:
+            self.delivered(ident)
+        else:
+            self.direct_delivered(ident)
 
     def due(self, now: float) -> list[Peer]:
         """The pending demotions whose time came: taken out, to be demoted."""
-        out = [p for p, t in self.pending.values() if t <= now]
-        for p in out:
-            del self.pending[p.id]
-        return out
+        due = [ledger for ledger, (_, t) in self.pending.items() if t <= now]
+        return [self.pending.pop(ledger)[0] for ledger in due]
 
-    def lost(self, ident: int) -> bool:
-        """Charge a loss to ``ident``; whether it is now to be demoted."""
-        n = self.losses.get(ident, 0) + 1
+    def lost(self, ledger: int) -> bool:
+        """Charge a loss to ``ledger`` (a peer's id, or its ``direct_ledger``); whether the
+        peer is now to be demoted."""
+        n = self.losses.get(ledger, 0) + 1
         if n >= self.demote_after:
-            self.losses.pop(ident, None)
+            self.losses.pop(ledger, None)
             return True
-        self.losses[ident] = n
+        self.losses[ledger] = n
         return False
 
     def delivered(self, ident: int) -> None:
+        """A routed message ``ident`` was sent on reached its end: its routed losses clear."""
         self.losses.pop(ident, None)
         self.pending.pop(ident, None)
+
+    def direct_delivered(self, ident: int) -> None:
+        """``ident`` answered a ``Direct``: its direct losses and doubts clear."""
+        ledger = direct_ledger(ident)
+        self.losses.pop(ledger, None)
+        self.pending.pop(ledger, None)
+        self.doubted.pop(ident, None)
+
+    def doubt(self, peer: Peer) -> None:
+        """A ``Direct`` to ``peer`` went unanswered: a loss if it proves alive."""
+        n = self.doubted.get(peer.id, (peer, 0))[1]
+        self.doubted[peer.id] = (peer, n + 1)
 
     def demote(self, ident: int, now: float) -> None:
         self.quarantine[ident] = now + self.quarantine_s
@@ -188,4 +237,9 @@ class EndToEnd:
             self.quarantine = {i: t for i, t in self.quarantine.items() if t > now}
 
 
-__all__ = ["EndToEnd", "Track"]
+def direct_ledger(ident: int) -> int:
+    """The ledger of ``ident``'s direct-message losses: negative, apart from every id."""
+    return ~ident
+
+
+__all__ = ["EndToEnd", "Track", "direct_ledger"]

@@ -64,7 +64,17 @@ from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 from rangecast.dht.healing import HEAL_KEEP_S, HEAL_PEERS, check_heal_config
 from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
 from rangecast.dht.locality import spread
-from rangecast.dht.messages import Direct, FindNode, FoundNodes, HopAck, Leave, Ping, Pong, Route
+from rangecast.dht.messages import (
+    AckedDirect,
+    Direct,
+    FindNode,
+    FoundNodes,
+    HopAck,
+    Leave,
+    Ping,
+    Pong,
+    Route,
+)
 from rangecast.dht.routing import Peer
 from rangecast.dht.wire import Codec, Message
 
@@ -788,6 +798,7 @@ KademliaNode._handlers = {
     Ping: KademliaNode._on_ping,
     Pong: KademliaNode._on_pong,
     Direct: DhtCore._on_direct,
+    AckedDirect: DhtCore._on_direct,
     Leave: KademliaNode._on_leave,
 }
 KademliaNode._timer_handlers = {
@@ -807,4 +818,4 @@ __all__ = [
     "expected_siblings",
 ]
 #: Messages for the application that reach a joiner before its lookup ends (held, then handled).
-KademliaNode._held = (Route, Direct)
+KademliaNode._held = (Route, Direct, AckedDirect)

@@ -130,7 +130,8 @@ class RouteDone(Message, tag=17, frozen=True):
     """End-to-end acknowledgement of a ``Route`` (``e2e_acks``): sent by the key's root to the
     hop it came from, and passed back hop by hop along the reverse path to the origin. With a
     notary (``dht.notary``) the root names itself (``root``, its node id) and signs (``proof``);
-    without one both are empty."""
+    without one both are empty. It also answers an ``AckedDirect``, from its receiver (never
+    signed: the receiver is the end)."""
 
     uid: U63
     root: WireBytes = b""
@@ -145,6 +146,16 @@ class RouteWait(Message, tag=18, frozen=True):
 
     uid: U63
     by: WireBytes
+
+
+class AckedDirect(Message, tag=19, frozen=True):
+    """A ``Direct`` whose receiver answers ``RouteDone(uid)`` (``e2e_acks``, ``dht.e2e``): a
+    type of its own so that a plain ``Direct`` keeps its bytes (msgspec writes every field of
+    an array-like struct, defaults included)."""
+
+    uid: U63
+    sender: Handle
+    payload: Payload
 
 
 #: The DHTs' message table: every stack's codec includes it (``codec_for(DHT_TABLE, ...)``).
@@ -170,11 +181,13 @@ DHT_TABLE = MessageTable(
         FoundNodes,
         RouteDone,
         RouteWait,
+        AckedDirect,
     ),
 )
 
 __all__ = [
     "DHT_TABLE",
+    "AckedDirect",
     "Announce",
     "Direct",
     "FindNode",

@@ -46,12 +46,22 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
-from rangecast.dht.core import T_ACK, T_E2E, Application, DhtCore, NodeStats, Proximity, State
+from rangecast.dht.core import (
+    T_ACK,
+    T_DIRECT,
+    T_E2E,
+    Application,
+    DhtCore,
+    NodeStats,
+    Proximity,
+    State,
+)
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 from rangecast.dht.healing import HEAL_KEEP_S, HEAL_PEERS, check_heal_config
 from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
 from rangecast.dht.locality import spread
 from rangecast.dht.messages import (
+    AckedDirect,
     Announce,
     Direct,
     HopAck,
@@ -548,7 +558,7 @@ class PastryNode(DhtCore):
             return  # demoted (``dht.e2e``): not even its own word brings it back yet
         if direct:
             if self._suspects is not None:
-                self._cleared(ident)
+                self._cleared(ident, now)
             self._dead.pop(ident, None)
             if self._graveyard is not None and self._revived(ident) and self.state is State.READY:
                 # Back from the other side of a split: learn its neighbours, some of which
@@ -588,6 +598,7 @@ class PastryNode(DhtCore):
         ident = peer.id
         if self._suspects is not None:
             self._suspects.forget(ident)
+        self._forget_doubts(ident)
         self._dead[ident] = now + self.cfg.dead_ttl_s
         self._last_heard.pop(ident, None)
         self._announced.discard(ident)
@@ -661,6 +672,7 @@ PastryNode._handlers = {
     RowRequest: PastryNode._on_row_request,
     RowReply: PastryNode._on_row_reply,
     Direct: DhtCore._on_direct,
+    AckedDirect: DhtCore._on_direct,
     Leave: PastryNode._on_leave,
     RouteDone: DhtCore._on_route_done,
     RouteWait: DhtCore._on_route_wait,
@@ -670,6 +682,7 @@ PastryNode._timer_handlers = {
     _T_KEEPALIVE: PastryNode._on_keepalive,
     _T_JOIN: DhtCore._on_join_timeout,
     T_E2E: DhtCore._on_e2e_timeout,
+    T_DIRECT: DhtCore._on_direct_timeout,
 }
 
 __all__ = ["Application", "Handle", "PastryConfig", "PastryNode", "Peer", "Proximity", "State"]

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from rangecast.dht.errors import RemoteProtocolError, WireError
 from rangecast.dht.messages import (
+    AckedDirect,
     Announce,
     Direct,
     HopAck,
@@ -285,6 +286,7 @@ _SENDER_FIELD: dict[type[Message], str] = {
     RowRequest: "sender",
     RowReply: "sender",
     Direct: "sender",
+    AckedDirect: "sender",
     Leave: "sender",
 }
 

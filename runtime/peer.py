@@ -57,7 +57,7 @@ from rangecast.dht.errors import (
 )
 from rangecast.dht.healing import HEAL_S
 from rangecast.dht.kademlia import KademliaConfig, KademliaNode
-from rangecast.dht.messages import Direct, HopAck, Route, RouteDone, RouteWait
+from rangecast.dht.messages import AckedDirect, Direct, HopAck, Route, RouteDone, RouteWait
 from rangecast.dht.node import PastryConfig, State
 from rangecast.dht.routing import Peer
 from rangecast.dht.substrate import DHTS, DhtConfig, DhtNode, make_dht, substrate
@@ -236,11 +236,15 @@ TUNING_ENV = "RANGECAST_TEST_TUNING"
 #: given to the core raises instead of being handled, to test the barrier (``_feed``); or
 #: ``drop-all`` (``DROP_ALL``): the peer acknowledges every routed hop and drops every routed and
 #: direct message instead of handling or forwarding it (a dropping peer, for the e2e tests);
-#: ``forge-done`` (``FORGE_DONE``): the same, answering each routed message's ``RouteDone``
-#: itself, signed as if it were the key's root; ``stall`` (``STALL``): the same, asking the
-#: hop before it for more time (``RouteWait``) for every message it holds, every ``tick_s``.
+#: ``forge-done`` (``FORGE_DONE``): the same with routed messages only, answering each one's
+#: ``RouteDone`` itself, signed as if it were the key's root; ``stall`` (``STALL``): the same,
+#: asking the hop before it for more time (``RouteWait``) for every message it holds, every
+#: ``tick_s``;
+#: ``drop-direct`` (``DROP_DIRECT``): it routes honestly and drops every direct message (the
+#: hand-offs, replica copies, notifications and relays sent to it), answering none.
 FAULT_ENV = "RANGECAST_TEST_FAULT"
 DROP_ALL = "drop-all"
+DROP_DIRECT = "drop-direct"
 FORGE_DONE = "forge-done"
 STALL = "stall"
 #: Messages a ``stall`` fault keeps asking time for (the most recent).
@@ -308,17 +312,18 @@ class _Fault:
     """``RANGECAST_TEST_FAULT``: which message to fail (see ``FAULT_ENV``); or, for a peer in a
     test's process (``PeerRuntime.cut_off``), the peers whose messages are lost (a partition)."""
 
-    __slots__ = ("cut", "drop_all", "held", "kind", "left")
+    __slots__ = ("cut", "drop_direct", "drop_routes", "held", "kind", "left")
 
     def __init__(self, spec: str, cut: frozenset[bytes] = frozenset()) -> None:
         self.cut = cut
-        self.drop_all = spec in (DROP_ALL, FORGE_DONE, STALL)
+        self.drop_routes = spec in (DROP_ALL, FORGE_DONE, STALL)
+        self.drop_direct = spec in (DROP_ALL, DROP_DIRECT)
         #: ``stall``: (uid, the hop it came from) of the messages held.
         self.held: dict[int, bytes] = {}
         if cut:
             self.kind, self.left = "cut", 0
             return
-        if self.drop_all:
+        if self.drop_routes or self.drop_direct:
             self.kind, self.left = spec, 0
             return
         kind, _, n = spec.partition(":")
@@ -1259,10 +1264,12 @@ class PeerRuntime:
                 if src in self._fault.cut:
                     self.fault_dropped += 1
                     return
-                if self._fault.drop_all and isinstance(msg, (Route, Direct)):
-                    if isinstance(msg, Route):
-                        self._send(src, HopAck(msg.uid))  # "received", and then dropped
-                        self._misbehave(msg, src)
+                if self._fault.drop_routes and isinstance(msg, Route):
+                    self._send(src, HopAck(msg.uid))  # "received", and then dropped
+                    self._misbehave(msg, src)
+                    self.fault_dropped += 1
+                    return
+                if self._fault.drop_direct and isinstance(msg, (Direct, AckedDirect)):
                     self.fault_dropped += 1
                     return
                 self._fault.check(msg)
@@ -1531,6 +1538,15 @@ def _e2e_status(dht: DhtNode) -> dict[str, Any] | None:
         "demotions_pending": len(e2e.pending),
         "suspected": st.suspected,
         "suspicions_cleared": st.suspicions_cleared,
+        # Direct messages (dht.e2e): answered by their receiver, unanswered by the deadline,
+        # charged as losses once the receiver proved alive, and awaiting that proof.
+        "direct": {
+            "confirmed": st.e2e_direct_done,
+            "unanswered": st.e2e_direct_unanswered,
+            "losses": st.e2e_direct_losses,
+            "doubted": sum(n for _, n in e2e.doubted.values()),
+            "in_flight": len(e2e.directs),
+        },
     }
 
 

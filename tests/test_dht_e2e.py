@@ -16,7 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rangecast.dht.core import NodeStats
-from rangecast.dht.messages import DHT_TABLE, Direct, HopAck, Route, RouteDone, RouteWait
+from rangecast.dht.messages import (
+    DHT_TABLE,
+    AckedDirect,
+    Direct,
+    HopAck,
+    Route,
+    RouteDone,
+    RouteWait,
+)
 from rangecast.dht.node import Application, PastryConfig, PastryNode
 from rangecast.dht.notary import KeyedNotary
 from rangecast.dht.routing import Peer
@@ -42,7 +50,7 @@ class Dropper:
             self.out.append((src, HopAck(msg.uid)))
             self.dropped += 1
             return
-        if isinstance(msg, Direct):
+        if isinstance(msg, (Direct, AckedDirect)):
             self.dropped += 1
             return
         self.node.receive(msg, src, now)

@@ -14,6 +14,7 @@ from runtime_harness import oracle_round
 from rangecast.runtime.inprocess import start_local_swarm
 from rangecast.runtime.peer import (
     DROP_ALL,
+    DROP_DIRECT,
     FORGE_DONE,
     RUNTIME_PASTRY,
     STALL,
@@ -83,9 +84,11 @@ def test_a_dropping_peer_is_caught_routed_around_and_demoted() -> None:
 
 
 def test_the_drop_all_fault_is_parsed_and_the_barrier_fault_still_is() -> None:
-    assert _Fault(DROP_ALL).drop_all
+    assert _Fault(DROP_ALL).drop_routes and _Fault(DROP_ALL).drop_direct
+    assert not _Fault(DROP_DIRECT).drop_routes and _Fault(DROP_DIRECT).drop_direct
+    assert not _Fault(STALL).drop_direct and not _Fault(FORGE_DONE).drop_direct
     one = _Fault("Ping:2")
-    assert not one.drop_all and (one.kind, one.left) == ("Ping", 2)
+    assert not one.drop_routes and not one.drop_direct and (one.kind, one.left) == ("Ping", 2)
 
 
 # A leaf set smaller than the swarm, so routes have hops in the middle: where a forger is a
@@ -94,14 +97,16 @@ SMALL_LEAVES = replace(CONFIG, pastry=replace(CONFIG.pastry, leaf_set_size=4), s
 
 
 @pytest.mark.slow  # about 60-150 s: deadlines, then a round after the attack stops
-@pytest.mark.parametrize("fault", [FORGE_DONE, STALL])
+@pytest.mark.parametrize("fault", [FORGE_DONE, STALL, DROP_DIRECT])
 def test_a_forging_or_stalling_peer_harms_no_honest_peer(fault: str) -> None:
     """A peer that drops what it should forward and answers ``RouteDone`` itself, signed as
-    the root (``forge-done``), or keeps asking for time (``stall``): no honest peer is demoted
-    by another, a staller's asks are refused and counted, and once it stops a round equals the
-    oracle within 30 s. (A forger among the 3 closest peers to a key, as the judging peer knows
-    them, is believed, ``dht.notary``: in a swarm this small that is most of its keys, so the
-    round during the attack may lose subscriptions and is only measured.)"""
+    the root (``forge-done``), keeps asking for time (``stall``), or routes honestly and drops
+    every direct message (``drop-direct``): no honest peer is demoted by another, a staller's
+    asks are refused and counted, a direct dropper's silences are charged to it and it is
+    demoted, and once it stops a round equals the oracle within 30 s. (A forger among the 3
+    closest peers to a key, as the judging peer knows them, is believed, ``dht.notary``: in a
+    swarm this small that is most of its keys, so the round during the attack may lose
+    subscriptions and is only measured.)"""
     report: dict[str, object] = {}
 
     async def main() -> None:
@@ -112,8 +117,14 @@ def test_a_forging_or_stalling_peer_harms_no_honest_peer(fault: str) -> None:
             honest = [p for i, p in enumerate(peers) if i != DROPPER]
             subs, pubs = _ports(peers, 0, 8), _ports(peers, 2, 10)
             report["during"] = None  # a lost subscription is never acknowledged
+            # Enough subscriptions for tree nodes (and their copies) on every peer.
+            n_subs = 150 if fault == DROP_DIRECT else 30
             with trio.move_on_after(90):
-                report["during"] = await oracle_round(subs, pubs, 191, n_subs=30, n_events=60)
+                report["during"] = await oracle_round(subs, pubs, 191, n_subs=n_subs, n_events=60)
+            if fault == DROP_DIRECT:  # demoted after ``demote_confirm_s`` (30 s) of silence
+                with trio.move_on_after(90):
+                    while not any(p.dht.stats.demoted for p in honest):
+                        await trio.sleep(1.0)
             report["dropped"] = bad.fault_dropped
             bad.set_fault(None)  # the attack stops
             report["after"] = None
@@ -129,10 +140,15 @@ def test_a_forging_or_stalling_peer_harms_no_honest_peer(fault: str) -> None:
     assert isinstance(statuses, list)
     e2e = [s["dht"]["end_to_end"] for s in statuses]
     forged, refused = sum(e["forged"] for e in e2e), sum(e["waits_refused"] for e in e2e)
+    direct = {k: sum(e["direct"][k] for e in e2e) for k in ("confirmed", "unanswered", "losses")}
+    demoted = sum(e["demoted"] for e in e2e)
     print(f"{fault}: during {report['during']}, after {report['after']}, forged {forged}")
+    print(f"{fault}: direct {direct}, demoted {demoted}, dropped {report['dropped']}")
     assert report["after"] == (0, 0, 0)
     dropped = report["dropped"]
     assert isinstance(dropped, int) and dropped > 0
     assert all(set(e["quarantined"]) <= {report["bad_id"]} for e in e2e)
     if fault == STALL:
         assert refused > 0
+    if fault == DROP_DIRECT:
+        assert direct["losses"] > 0 and direct["confirmed"] > 0 and demoted > 0

@@ -668,12 +668,26 @@ async def _leaf_sets_of(ports: list[int], size: int) -> bool:
     return True
 
 
-@pytest.mark.parametrize("fault", ["forge-done", "stall"])
+#: What each fault's abuse is counted as in ``dht.end_to_end`` of ``peer status --json``.
+_COUNTED = {"forge-done": "forged", "stall": "waits_refused", "drop-direct": "direct.losses"}
+
+
+def _any_demoted(ports: list[int]) -> Any:
+    async def check() -> bool:
+        return any([_demotions(await status(p)) for p in ports])
+
+    return check
+
+
+@pytest.mark.parametrize("fault", ["forge-done", "stall", "drop-direct"])
 def test_a_peer_that_forges_acks_or_stalls_harms_no_honest_peer(tmp_path: Path, fault: str) -> None:
     """Eight peer processes with leaf sets of 4 (so routes have hops in the middle), peer 5
     dropping what it should forward and either answering ``RouteDone`` itself, signed as the
-    key's root (``forge-done``), or asking for more time every tick (``stall``). A staller's
-    asks are refused and counted (``end_to_end.waits_refused``), no honest peer quarantines another,
+    key's root (``forge-done``), or asking for more time every tick (``stall``); or routing
+    honestly and dropping every direct message sent to it (``drop-direct``: hand-offs,
+    replica copies, notifications). A staller's asks are refused and counted
+    (``end_to_end.waits_refused``), a direct dropper's silences are charged to it
+    (``end_to_end.direct.losses``) and it is demoted, no honest peer quarantines another,
     every peer stays up within the memory bound, and after it leaves a round equals the
     oracle within 30 s. (A forger among the 3 closest peers to a key, as the judging peer
     knows them, is believed, ``dht.notary``: in eight peers that is most of its keys, so its
@@ -695,8 +709,12 @@ def test_a_peer_that_forges_acks_or_stalls_harms_no_honest_peer(tmp_path: Path, 
                 assert await wait_for(lambda: _leaf_sets_of(s.ports, 4), 120)
                 subs, pubs = (honest[0], honest[3]), (honest[1], honest[5])
                 during = (-1, -1, -1)  # a lost subscription is never acknowledged
+                # Enough subscriptions for tree nodes (and their copies) on every peer.
+                n_subs = 150 if fault == "drop-direct" else 30
                 with trio.move_on_after(90):
-                    during = await oracle_round(subs, pubs, 501, 30, 60)
+                    during = await oracle_round(subs, pubs, 501, n_subs, 60)
+                if fault == "drop-direct":  # demoted after ``demote_confirm_s`` (30 s)
+                    await wait_for(_any_demoted(honest), 90)
                 await trio.to_thread.run_sync(stop_processes, [s.procs[bad]])  # it stops
                 after = (-1, -1, -1)  # not within 30 s
                 with trio.move_on_after(30):
@@ -705,15 +723,25 @@ def test_a_peer_that_forges_acks_or_stalls_harms_no_honest_peer(tmp_path: Path, 
 
         during, after, sts = trio.run(main)
         e2e = [st["dht"]["end_to_end"] for st in sts]
-        counted = sum(e["forged" if fault == "forge-done" else "waits_refused"] for e in e2e)
+        field, _, sub = _COUNTED[fault].partition(".")
+        counted = sum(e[field][sub] if sub else e[field] for e in e2e)
+        demoted = sum(e["demoted"] for e in e2e)
         peaks = [mib for i, mib in enumerate(s.rss_mib()) if i != bad]
-        MEASURED[fault] = {"during": during, "after": after, "counted": counted, "rss": peaks}
-        print(f"{fault}: during {during}, after {after}, counted {counted}")
+        MEASURED[fault] = {
+            "during": during,
+            "after": after,
+            "counted": counted,
+            "demoted": demoted,
+            "rss": peaks,
+        }
+        print(f"{fault}: during {during}, after {after}, counted {counted}, demoted {demoted}")
         assert [a for i, a in enumerate(s.alive()) if i != bad] == [True] * (n - 1)
         assert max(peaks) < RSS_BOUND_MIB
         assert all(set(e["quarantined"]) <= {bad_id} for e in e2e)
-        if fault == "stall":
+        if fault != "forge-done":
             assert counted > 0  # a forger near its keys is believed (dht.notary): measured only
+        if fault == "drop-direct":
+            assert demoted > 0
         assert after == (0, 0, 0)
     finally:
         s.stop()

@@ -172,3 +172,56 @@ def test_subscriptions_at_one_point_are_refused_past_the_leaf_bound(swarm: LiveS
     assert out["refused"] > 0 and refused > 0
     assert all("a tree leaf is full" in e for e in out["errors"])
     MEASURED["one point"] = {**out, "rss_peak_mib": round(max(peaks), 1), "pieces_refused": refused}
+
+
+#: A peer of the attacker's own, started with its client limits raised past anything the
+#: subscriptions below would reach (``RANGECAST_TEST_TUNING`` stands for the attacker's build).
+RAISED = ",".join(
+    (
+        "quotas.subscriptions_per_connection=20000",
+        "quotas.subscriptions_per_address=100000",
+        "quotas.identical_subscriptions_per_address=100000",
+    )
+)
+
+
+def test_a_peer_of_ones_own_with_raised_limits_is_bounded_by_the_others(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The red team's peer of its own with raised client limits put 7,626 subscriptions into
+    the swarm. Its own quotas are its own; what bounds it is what the storing peers charge to
+    it as the subscriber peer: at most ``max_leaf_share`` of a leaf's bytes
+    (``overlay.refused_share``). Through it, from one address: 7,626 near-identical
+    subscriptions (leaves split on their distinct bounds: stored, and measured), then 7,626
+    whose base is one point of Attr1 (no split separates them: the storing peer refuses past
+    its share). Every peer stays up within the memory bound, no peer is declared failed or
+    demoted, and a round through the other peers equals the oracle within 30 s."""
+    env = {0: {"RANGECAST_TEST_TUNING": RAISED}}
+    s = LiveSwarm(tmp_path_factory.mktemp("raised"), N, env, ["--id-difficulty", "0"])
+    try:
+        assert trio.run(wait_for, lambda: leaf_sets_full(s.ports), 120)
+        near = [_near_identical(k) for k in range(7_626)]
+        point = [f"Attr1 >= 0 and Attr2 >= {-10_000 + k * 2.5:.1f}" for k in range(7_626)]
+        port = s.ports[0]
+
+        async def both() -> tuple[dict[str, Any], dict[str, Any]]:
+            return (
+                await _flood(port, ["127.0.0.9"], near, 7_626),
+                await _flood(port, ["127.0.0.10"], point, 7_626),
+            )
+
+        (spread, bounded), _, peaks = trio.run(sample_rss, s, both)
+        states = _check(s, "7,626 + 7,626 subscriptions through raised limits", peaks, 294)
+        share = sum(st["overlay"]["refused_share"] for st in states[1:])
+        MEASURED["raised limits"] = {
+            "near_identical": spread,
+            "one_point": {k: v for k, v in bounded.items() if k != "errors"},
+            "rss_peak_mib": round(max(peaks), 1),
+            "refused_share": share,
+        }
+        print(f"raised limits: {MEASURED['raised limits']}")
+        assert spread["accepted"] == 7_626  # its own limits let them through, the tree holds them
+        assert bounded["refused"] > 0 and share > 0
+        assert all("a tree leaf is full" in e for e in bounded["errors"])
+    finally:
+        s.stop()
