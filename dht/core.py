@@ -415,11 +415,14 @@ class DhtCore:
     def known_peers(self) -> list[Peer]:
         raise NotImplementedError
 
-    def send_direct(self, peer: Peer, payload: bytes, now: float) -> None:
-        """Send ``payload`` straight to ``peer``'s address (no routing); with ``e2e_acks``,
-        expecting its ``RouteDone`` (``dht.e2e``)."""
+    def send_direct(self, peer: Peer, payload: bytes, now: float, confirm: bool = False) -> None:
+        """Send ``payload`` straight to ``peer``'s address (no routing). ``confirm``: the
+        receiver keeps or passes on what it carries for others (a copy, a relay), so with
+        ``e2e_acks`` it must answer (``dht.e2e``); a message whose receiver is its end (a
+        notification, a reply) asks nothing, since an answer would be only the word of the
+        one party it concerns."""
         e2e = self._e2e
-        if e2e is None or peer.id == self.me.id:
+        if not confirm or e2e is None or peer.id == self.me.id:
             self._out.append((peer.addr, Direct(self.me.handle, payload)))
             return
         uid = self.rng.getrandbits(63)

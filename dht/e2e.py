@@ -48,8 +48,9 @@ arrives from the hop it was charged to clears that hop's losses (``NodeStats.e2e
 with no delivery and no late answer from it (``pending``): load alone slows answers but does
 not lose them, so it cannot demote an honest hop. 0 (the simulator's default): at once.
 
-Direct messages (the application's hand-offs, replica copies, notifications and relays) are
-acknowledged too: they go as ``AckedDirect`` with a ``uid``, and the receiver answers
+Direct messages whose receiver keeps or passes on what they carry for others (the
+application's hand-offs and replica copies, its relays: ``send_direct(..., confirm=True)``)
+are acknowledged too: they go as ``AckedDirect`` with a ``uid``, and the receiver answers
 ``RouteDone(uid)`` as soon as its core takes it, before the application handles it (a refusal
 is an answer, not a loss). There is nowhere else to send it, so a missing answer within one
 hop's deadline (``ack_floor_s + ack_rtt_factor * e2e_rtt_s``) is not re-sent; it is the
@@ -74,7 +75,9 @@ the next reconciliation re-homes what it held.
 Limits: a dropper that forwards just enough to break every run of ``demote_after`` losses is
 never demoted (its losses are still re-routed, at the cost of a deadline each). A receiver's
 ``RouteDone`` for a ``Direct`` is its own word, so a relay that answers and then does not
-relay is not caught here. A root that swallows its own keys' messages and signs their
+relay is not caught here; for the same reason a message whose receiver is its end (a
+notification to a subscriber's peer, a reply) is not confirmed: the one party it concerns
+would vouch for itself. A root that swallows its own keys' messages and signs their
 ``RouteDone`` is believed: it is the key's root (``dht.notary``). Kademlia has no end-to-end
 acknowledgements.
 """

@@ -37,7 +37,15 @@ from rangecast.dht.routing import Peer
 from rangecast.dht.timers import TimerHeap
 from rangecast.dht.wire import MAX_FRAME_BYTES, Codec, Handle, Message
 from rangecast.pubsub.events import AppEvent
-from rangecast.pubsub.messages import Event, ProbePub, ProbeSub, ProbeTarget, Ref, StoredSub
+from rangecast.pubsub.messages import (
+    CUSTODY,
+    Event,
+    ProbePub,
+    ProbeSub,
+    ProbeTarget,
+    Ref,
+    StoredSub,
+)
 from rangecast.pubsub.schema import Schema, SchemaRegistry
 from rangecast.pubsub.space import MAX_DEPTH, AttributeSpace, TreeId
 from rangecast.pubsub.tree import TreeNode
@@ -279,7 +287,7 @@ class NodeBase:
         self.dht.route(self._key(schema, tid), self._codec.encode(msg), now)
 
     def _send(self, peer: Peer, msg: Message, now: float) -> None:
-        self.dht.send_direct(peer, self._codec.encode(msg), now)
+        self.dht.send_direct(peer, self._codec.encode(msg), now, type(msg) in CUSTODY)
 
     def _cutoff(self, space: AttributeSpace) -> float | None:
         if not self.cfg.load_balancing:

@@ -108,7 +108,7 @@ class MulticastProbes(_Strategy):
         for group in plan.groups:
             batch = [targets[i] for i in group.members]
             msg = ProbePubMulticast(event, hops + 1, batch)
-            node.dht.send_direct(group.next_hop, encode(msg), now)
+            node.dht.send_direct(group.next_hop, encode(msg), now, True)  # a relay: CUSTODY
         for i in plan.local:
             t = targets[i]
             ref = Ref(schema, t.attr, t.depth, t.path)

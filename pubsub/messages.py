@@ -242,6 +242,15 @@ class ReplicaDrop(Message, tag=75, frozen=True):
     target: Ref
 
 
+#: Direct messages whose receiver keeps or passes on what they carry for others (a tree node's
+#: copy or hand-off, a relay of probes or notifications): confirmed end to end where the DHT
+#: does (``send_direct(..., confirm=True)``, ``dht.e2e``). The rest end at their receiver (a
+#: notification to the subscriber's peer, an install's answer, a release): an answer would be
+#: only the word of the one party they concern.
+CUSTODY: frozenset[type[Message]] = frozenset(
+    {ReplicaPut, ReplicaOp, ProbePubMulticast, LbddDelivery, DeliveryMulticast}
+)
+
 #: The content-based overlay's message table.
 PUBSUB_TABLE = MessageTable(
     "pubsub",

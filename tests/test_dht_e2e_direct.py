@@ -1,5 +1,6 @@
-"""End-to-end acknowledgements of direct messages (``dht.e2e``): with ``e2e_acks`` every
-``Direct`` carries a uid and its receiver answers it. Through the simulator: an honest overlay
+"""End-to-end acknowledgements of direct messages (``dht.e2e``): with ``e2e_acks`` a direct
+message sent with ``confirm`` (its receiver keeps or relays it for others) carries a uid and
+its receiver answers it. Through the simulator: an honest overlay
 confirms every one and blames nobody; a live receiver that drops them is charged once it
 proves alive, and demoted; a crashed receiver is a silence (declared failed, charged nothing);
 a late answer forgives; and without ``e2e_acks`` a ``Direct`` is the bytes it always was."""
@@ -64,7 +65,7 @@ def peer_of(net: SimNetwork, i: int) -> Peer:
 
 
 def send(sim: Simulator, net: SimNetwork, src: int, dst: int, lid: int) -> None:
-    net.nodes[src].send_direct(peer_of(net, dst), lid.to_bytes(4, "big"), sim.now)
+    net.nodes[src].send_direct(peer_of(net, dst), lid.to_bytes(4, "big"), sim.now, confirm=True)
     sim.poke(src)
 
 
@@ -166,11 +167,13 @@ def test_only_its_receiver_answers_for_a_direct() -> None:
 
 
 @pytest.mark.parametrize("acks", [False, True])
-def test_a_direct_costs_its_old_bytes_unless_acknowledged(acks: bool) -> None:
+@pytest.mark.parametrize("confirm", [False, True])
+def test_a_direct_costs_its_old_bytes_unless_acknowledged(acks: bool, confirm: bool) -> None:
     sim, net, _ = build(4, 7, config=PastryConfig(e2e_acks=acks))
     node = net.nodes[0]
-    node.send_direct(peer_of(net, 1), b"xyz", sim.now)
+    node.send_direct(peer_of(net, 1), b"xyz", sim.now, confirm=confirm)
     ((_, msg),) = node.take_messages()
-    # A plain ``Direct`` (tag, sender, payload) unless an answer is asked for.
-    assert type(msg) is (AckedDirect if acks else Direct)
-    assert len(msgspec.msgpack.decode(msgspec.msgpack.encode(msg))) == (4 if acks else 3)
+    # A plain ``Direct`` (tag, sender, payload) unless an answer is asked for and possible.
+    asked = acks and confirm
+    assert type(msg) is (AckedDirect if asked else Direct)
+    assert len(msgspec.msgpack.decode(msgspec.msgpack.encode(msg))) == (4 if asked else 3)
