@@ -42,11 +42,16 @@ $(VENV)/bin/python:
 # that package itself.
 QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
-$(VENV)/.installed: pyproject.toml setup.py sim/_hugepages.c | $(VENV)/bin/python
+# The hot modules Cython compiles (rangecast/_compiled.py): an edit to one rebuilds them (until
+# then it runs interpreted, with a warning naming it: rangecast/_speed.py).
+COMPILED := $(shell sed -n 's/^    "rangecast\.\(.*\)",$$/\1/p' rangecast/_compiled.py | tr . / | sed 's/$$/.py/')
+BUILT_FROM := pyproject.toml setup.py sim/_hugepages.c rangecast/_compiled.py $(COMPILED)
+
+$(VENV)/.installed: $(BUILT_FROM) | $(VENV)/bin/python
 	$(QUIET_EDITABLE) $(BIN)/python -m pip install -q -e '.[spark]'
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml setup.py sim/_hugepages.c | $(VENV)/bin/python
+$(VENV)/.installed-test: $(BUILT_FROM) | $(VENV)/bin/python
 	$(QUIET_EDITABLE) $(BIN)/python -m pip install -q -e '.[test,spark]'
 	touch $@ $(VENV)/.installed
 

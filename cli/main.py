@@ -20,6 +20,17 @@ def _version() -> str:
         return "unknown"
 
 
+class _Version(argparse.Action):
+    """``--version``: the version, and whether the hot modules run compiled (``rangecast._speed``:
+    importing them to tell costs a moment, so only when asked)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        from rangecast import _speed
+
+        print(f"rangecast {_version()}, {_speed.speed()}")
+        parser.exit()
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows an option's default once: not when it is None or False (nothing to show), nor when
     the help text already says what the default is ("(default: thesis)")."""
@@ -79,7 +90,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="rangecast",
         description="Content-based publish/subscribe over a Pastry-style DHT: simulator and tools.",
     )
-    parser.add_argument("--version", action="version", version=f"rangecast {_version()}")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="show the version and speed, and exit"
+    )
     top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     if command not in RUNTIME_COMMANDS:
         from rangecast.cli.compare import add_compare_parser

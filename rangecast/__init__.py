@@ -12,3 +12,8 @@ try:
     __version__ = version("rangecast")
 except PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0+unknown"
+
+# Before any layer is imported: which of the hot modules load compiled (rangecast._speed).
+from rangecast import _speed
+
+_speed.install()
