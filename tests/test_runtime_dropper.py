@@ -113,20 +113,11 @@ def test_a_forging_or_stalling_peer_harms_no_honest_peer(fault: str) -> None:
             peers = await start_local_swarm(nursery, PEERS, seed=19, config=SMALL_LEAVES)
             bad = peers[DROPPER]
             bad.set_fault(fault)
-            honest = [p for i, p in enumerate(peers) if i != DROPPER]
             subs, pubs = _ports(peers, 0, 8), _ports(peers, 2, 10)
             report["during"] = None  # a lost subscription is never acknowledged
             with trio.move_on_after(90):
                 report["during"] = await oracle_round(subs, pubs, 191, n_subs=30, n_events=60)
-            report["dropped"] = bad.fault_dropped
-            bad.set_fault(None)  # the attack stops
-            report["after"] = None
-            with trio.move_on_after(30):
-                report["after"] = await oracle_round(subs, pubs, 192, n_subs=30, n_events=60)
-            report["status"] = [p.status() for p in honest]
-            report["bad_id"] = bad.identity.node_id.hex()
-            for p in peers:
-                p.stop()
+            await _end_attack(report, peers, bad, subs, pubs, 192)
 
     trio.run(main)
     statuses = report["status"]
@@ -166,14 +157,7 @@ def test_a_peer_that_drops_direct_messages_is_charged_and_demoted() -> None:
             with trio.move_on_after(90):  # demoted after ``demote_confirm_s`` (30 s)
                 while not any(p.dht.stats.demoted for p in honest):
                     await trio.sleep(1.0)
-            report["dropped"] = bad.fault_dropped
-            bad.set_fault(None)  # the attack stops
-            with trio.fail_after(30):
-                report["after"] = await oracle_round(subs, pubs, 202, n_subs=30, n_events=60)
-            report["status"] = [p.status() for p in honest]
-            report["bad_id"] = bad.identity.node_id.hex()
-            for p in peers:
-                p.stop()
+            await _end_attack(report, peers, bad, subs, pubs, 202)
 
     trio.run(main)
     e2e = [s["dht"]["end_to_end"] for s in report["status"]]
@@ -184,6 +168,27 @@ def test_a_peer_that_drops_direct_messages_is_charged_and_demoted() -> None:
     assert report["during"] == report["after"] == (0, 0, 0)
     assert report["dropped"] > 0 and direct["losses"] > 0 and demoted > 0
     assert all(set(e["quarantined"]) <= {report["bad_id"]} for e in e2e)
+
+
+async def _end_attack(
+    report: dict[str, Any],
+    peers: list[PeerRuntime],
+    bad: PeerRuntime,
+    subs: tuple[int, int],
+    pubs: tuple[int, int],
+    seed: int,
+) -> None:
+    """The attack stops: what it dropped, then a round within 30 s (None if not done), the
+    honest peers' status, and every peer stopped."""
+    report["dropped"] = bad.fault_dropped
+    bad.set_fault(None)
+    report["after"] = None
+    with trio.move_on_after(30):
+        report["after"] = await oracle_round(subs, pubs, seed, n_subs=30, n_events=60)
+    report["status"] = [p.status() for p in peers if p is not bad]
+    report["bad_id"] = bad.identity.node_id.hex()
+    for p in peers:
+        p.stop()
 
 
 def _copies(peer: PeerRuntime) -> int:
