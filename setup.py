@@ -32,22 +32,17 @@ DIRECTIVES = {
 }
 
 
-class OptionalBuild(build_ext):
-    """Builds every extension it can; one that fails (no compiler) is left out with one line,
-    and the package runs its ``.py`` source instead."""
+class SayWhatRunsInterpreted(build_ext):
+    """Every extension is ``optional`` (setuptools leaves out one that fails to build, as where
+    there is no C compiler); this adds the one line saying which modules run interpreted."""
 
     def run(self) -> None:
-        try:
-            super().run()
-        except Exception as exc:  # no compiler at all: distutils raises before any extension
-            print(f"rangecast: compiled modules not built ({exc}); running interpreted",
-                  file=sys.stderr)  # fmt: skip
-
-    def build_extension(self, ext: Extension) -> None:
-        try:
-            super().build_extension(ext)
-        except Exception as exc:
-            print(f"rangecast: {ext.name} not compiled ({exc}); it runs interpreted",
+        super().run()
+        missing = [
+            e.name for e in self.extensions if not os.path.exists(self.get_ext_fullpath(e.name))
+        ]
+        if missing:
+            print(f"rangecast: not compiled, run interpreted: {', '.join(missing)}",
                   file=sys.stderr)  # fmt: skip
 
 
@@ -63,12 +58,15 @@ def _cython_extensions() -> list[Extension]:
     # The generated C goes under build/, not beside the sources, in a folder named after the
     # directives: cythonize regenerates a module when its source changes, not when they do.
     tag = hashlib.sha1(repr(sorted(DIRECTIVES.items())).encode()).hexdigest()[:8]
-    return cythonize(
+    built = cythonize(
         exts,
         compiler_directives=DIRECTIVES,
         build_dir=os.path.join("build", f"cython-{tag}"),
         quiet=True,
     )
+    for ext in built:
+        ext.optional = True  # cythonize does not carry it over from the Extension it is given
+    return built
 
 
 setup(
@@ -76,5 +74,5 @@ setup(
         Extension("rangecast.sim._hugepages", sources=["sim/_hugepages.c"], optional=True),
         *_cython_extensions(),
     ],
-    cmdclass={"build_ext": OptionalBuild},
+    cmdclass={"build_ext": SayWhatRunsInterpreted},
 )

@@ -158,6 +158,10 @@ class AckedDirect(Message, tag=19, frozen=True):
     payload: Payload
 
 
+#: The messages that carry an application payload (``payload``): the simulator charges their
+#: bytes to the payload's type, and its run log names them by it.
+CARRIERS: frozenset[type[Message]] = frozenset({Route, Direct, AckedDirect})
+
 #: The DHTs' message table: every stack's codec includes it (``codec_for(DHT_TABLE, ...)``).
 DHT_TABLE = MessageTable(
     "dht",
@@ -186,6 +190,7 @@ DHT_TABLE = MessageTable(
 )
 
 __all__ = [
+    "CARRIERS",
     "DHT_TABLE",
     "AckedDirect",
     "Announce",

@@ -104,11 +104,9 @@ class MulticastProbes(_Strategy):
         schema = event.schema
         keys = [node._key(schema, TreeId(t.attr, t.depth, t.path)) for t in targets]
         plan = split_keys(node.dht, keys)
-        encode = node._codec.encode
         for group in plan.groups:
             batch = [targets[i] for i in group.members]
-            msg = ProbePubMulticast(event, hops + 1, batch)
-            node.dht.send_direct(group.next_hop, encode(msg), now, True)  # a relay: CUSTODY
+            node._send(group.next_hop, ProbePubMulticast(event, hops + 1, batch), now)
         for i in plan.local:
             t = targets[i]
             ref = Ref(schema, t.attr, t.depth, t.path)

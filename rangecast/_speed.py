@@ -23,6 +23,7 @@ import importlib.util
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 from types import ModuleType
 
 from rangecast._compiled import MODULES
@@ -53,12 +54,12 @@ class SourceWhenNeeded(importlib.abc.MetaPathFinder):
         self.stale: list[str] = []
 
     def find_spec(
-        self, fullname: str, path: object = None, target: ModuleType | None = None
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in _NAMES or path is None:
             return None
         name = fullname.rpartition(".")[2]
-        for directory in path:  # type: ignore[attr-defined]
+        for directory in path:
             source = os.path.join(directory, name + ".py")
             if not os.path.exists(source):
                 continue

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rangecast.dht.errors import LocalProtocolError
-from rangecast.dht.messages import AckedDirect, Direct, Route
+from rangecast.dht.messages import CARRIERS
 from rangecast.dht.wire import Codec, Message, payload_tag
 from rangecast.sim.latency import LatencyModel
 
@@ -174,9 +174,8 @@ class Simulator:
         self._progress = progress
         self._progress_every = progress_every_s
         #: Accounting key of each message: its type, or for a message carrying an application
-        #: payload (a routed ``Route``, a ``Direct`` or ``AckedDirect``), the type of the
-        #: payload, so that bytes are charged to what the application sent (routing headers
-        #: included).
+        #: payload (``dht.messages.CARRIERS``), the type of the payload, so that bytes are
+        #: charged to what the application sent (routing headers included).
         self._type_counts: dict[Any, TypeCount] = {}
         #: The codec of the run's stack (``codec_for(*tables)``, built by the driver): the nodes
         #: of a ``SimNetwork`` are built with it, messages are charged its encoded size, and a
@@ -401,7 +400,7 @@ class Simulator:
         take_events = self._take_events
         on_events = self._on_events
         armed = self._armed
-        route, direct, acked = Route, Direct, AckedDirect
+        carriers = CARRIERS
 
         def flush(i: int) -> None:
             core = cores[i]
@@ -415,7 +414,7 @@ class Simulator:
                     nbytes += size
                     cls = type(msg)
                     kind: Any = cls
-                    if cls is route or cls is direct or cls is acked:
+                    if cls in carriers:
                         kind = payload_tag(msg.payload) or cls  # type: ignore[attr-defined,union-attr]
                     tc = type_counts.get(kind)
                     if tc is None:

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rangecast.dht.errors import LocalProtocolError
-from rangecast.dht.messages import AckedDirect, Direct, Route
+from rangecast.dht.messages import CARRIERS, Route
 from rangecast.dht.wire import Codec, Message
 from rangecast.sim.outputs import ensure_writable_dir
 
@@ -144,7 +144,7 @@ class MessageLog:
             self._type_names.append(type_name)
         hop = 0
         cls = type(msg)
-        if cls is Route or cls is Direct or cls is AckedDirect:
+        if cls in CARRIERS:
             if cls is Route:
                 hop = msg.hops
             # A routed payload is the same bytes object at every hop: decode it once (bytes

@@ -34,13 +34,22 @@ PEERS = 11
 DROPPER = 5
 
 
-def _ports(peers: list[PeerRuntime], *which: int) -> tuple[int, int]:
+def _client_ports(peers: list[PeerRuntime]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The ports rounds subscribe through (peers 0 and 8) and publish through (2 and 10)."""
     ports = []
-    for i in which:
+    for i in (0, 8, 2, 10):
         addr = peers[i].address
         assert addr is not None
         ports.append(addr.port)
-    return ports[0], ports[1]
+    return (ports[0], ports[1]), (ports[2], ports[3])
+
+
+async def _until_demoted(honest: list[PeerRuntime], guard_s: float) -> None:
+    """Until an honest peer has demoted someone (``demote_confirm_s``, 30 s, waits for a late
+    answer that never comes), or ``guard_s``."""
+    with trio.move_on_after(guard_s):
+        while not any(p.dht.stats.demoted for p in honest):
+            await trio.sleep(1.0)
 
 
 @pytest.mark.slow  # about 60 s: the losses' deadlines, then the demotion's confirmation
@@ -53,13 +62,10 @@ def test_a_dropping_peer_is_caught_routed_around_and_demoted() -> None:
             bad = peers[DROPPER]
             bad.set_fault(DROP_ALL)
             honest = [p for i, p in enumerate(peers) if i != DROPPER]
-            subs, pubs = _ports(peers, 0, 8), _ports(peers, 2, 10)
+            subs, pubs = _client_ports(peers)
             # While it is being caught: end-to-end acks re-route what it drops.
             report["during"] = await oracle_round(subs, pubs, 181, n_subs=30, n_events=60)
-            # A demotion waits ``demote_confirm_s`` (30 s) for a late answer that never comes.
-            with trio.move_on_after(120):
-                while not any(p.dht.stats.demoted for p in honest):
-                    await trio.sleep(1.0)
+            await _until_demoted(honest, 120)
             report["demoted_by"] = sum(1 for p in honest if p.dht.stats.demoted)
             report["after"] = await oracle_round(subs, pubs, 182, n_subs=30, n_events=60)
             report["status"] = [p.status() for p in honest]
@@ -113,7 +119,7 @@ def test_a_forging_or_stalling_peer_harms_no_honest_peer(fault: str) -> None:
             peers = await start_local_swarm(nursery, PEERS, seed=19, config=SMALL_LEAVES)
             bad = peers[DROPPER]
             bad.set_fault(fault)
-            subs, pubs = _ports(peers, 0, 8), _ports(peers, 2, 10)
+            subs, pubs = _client_ports(peers)
             report["during"] = None  # a lost subscription is never acknowledged
             with trio.move_on_after(90):
                 report["during"] = await oracle_round(subs, pubs, 191, n_subs=30, n_events=60)
@@ -146,7 +152,7 @@ def test_a_peer_that_drops_direct_messages_is_charged_and_demoted() -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             peers = await start_local_swarm(nursery, PEERS, seed=20, config=SMALL_LEAVES)
-            subs, pubs = _ports(peers, 0, 8), _ports(peers, 2, 10)
+            subs, pubs = _client_ports(peers)
             report["warm-up"] = await oracle_round(subs, pubs, 200, n_subs=60, n_events=20)
             spare = [i for i in range(PEERS) if i not in (0, 8, 2, 10)]
             bad_i = max(spare, key=lambda i: _copies(peers[i]))
@@ -154,9 +160,7 @@ def test_a_peer_that_drops_direct_messages_is_charged_and_demoted() -> None:
             bad.set_fault(DROP_DIRECT)
             honest = [p for i, p in enumerate(peers) if i != bad_i]
             report["during"] = await oracle_round(subs, pubs, 201, n_subs=150, n_events=60)
-            with trio.move_on_after(90):  # demoted after ``demote_confirm_s`` (30 s)
-                while not any(p.dht.stats.demoted for p in honest):
-                    await trio.sleep(1.0)
+            await _until_demoted(honest, 90)
             await _end_attack(report, peers, bad, subs, pubs, 202)
 
     trio.run(main)

@@ -668,8 +668,12 @@ async def _leaf_sets_of(ports: list[int], size: int) -> bool:
     return True
 
 
-#: What each fault's abuse is counted as in ``dht.end_to_end`` of ``peer status --json``.
-_COUNTED = {"forge-done": "forged", "stall": "waits_refused", "drop-direct": "direct.losses"}
+#: What each fault's abuse is counted as, from ``dht.end_to_end`` of ``peer status --json``.
+_COUNTED: dict[str, Any] = {
+    "forge-done": lambda e: e["forged"],
+    "stall": lambda e: e["waits_refused"],
+    "drop-direct": lambda e: e["direct"]["losses"],
+}
 
 
 def _any_demoted(ports: list[int]) -> Any:
@@ -723,8 +727,7 @@ def test_a_peer_that_forges_acks_or_stalls_harms_no_honest_peer(tmp_path: Path, 
 
         during, after, sts = trio.run(main)
         e2e = [st["dht"]["end_to_end"] for st in sts]
-        field, _, sub = _COUNTED[fault].partition(".")
-        counted = sum(e[field][sub] if sub else e[field] for e in e2e)
+        counted = sum(_COUNTED[fault](e) for e in e2e)
         demoted = sum(e["demoted"] for e in e2e)
         peaks = [mib for i, mib in enumerate(s.rss_mib()) if i != bad]
         MEASURED[fault] = {

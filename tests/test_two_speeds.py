@@ -4,6 +4,7 @@ bit either way: a thesis run, a churn run and a broker comparison, small."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import shutil
@@ -89,7 +90,7 @@ def test_a_stale_extension_is_not_run(tmp_path: Path) -> None:
     pkg.mkdir()
     source = pkg / "engine.py"
     source.write_text("X = 1\n")
-    ext = pkg / ("engine" + __import__("importlib.machinery").machinery.EXTENSION_SUFFIXES[0])
+    ext = pkg / ("engine" + importlib.machinery.EXTENSION_SUFFIXES[0])
     ext.write_bytes(b"")
     os.utime(ext, (1_000, 1_000))  # built long before the source's last edit
     name = MODULES[0]
