@@ -42,9 +42,10 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any
+from typing import Any, ClassVar
 
 from rangecast.dht.core import (
     T_ACK,
@@ -55,6 +56,7 @@ from rangecast.dht.core import (
     NodeStats,
     Proximity,
     State,
+    TimerHandler,
 )
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 from rangecast.dht.healing import HEAL_KEEP_S, HEAL_PEERS, check_heal_config
@@ -80,7 +82,7 @@ from rangecast.dht.messages import (
     RowRequest,
 )
 from rangecast.dht.routing import LeafSet, Peer, RoutingTable
-from rangecast.dht.wire import Codec, Handle
+from rangecast.dht.wire import Codec, Handle, Message
 
 log = logging.getLogger("rangecast.dht")
 
@@ -170,6 +172,9 @@ class PastryNode(DhtCore):
         "leaves",
         "table",
     )
+    #: Its own handler tables (filled in at the end of this module), not DhtCore's.
+    _handlers: ClassVar[dict[type[Message], Callable[[Any, Any, bytes, float], None]]] = {}
+    _timer_handlers: ClassVar[dict[int, TimerHandler]] = {}
 
     def __init__(
         self,
@@ -658,31 +663,36 @@ class PastryNode(DhtCore):
                 self.table.add(peer, self.proximity)
 
 
-PastryNode._handlers = {
-    Route: DhtCore._on_route,
-    HopAck: DhtCore._on_hop_ack,
-    JoinRequest: PastryNode._on_join_request,
-    JoinRows: PastryNode._on_join_rows,
-    JoinReply: PastryNode._on_join_reply,
-    Announce: PastryNode._on_announce,
-    LeafSetRequest: PastryNode._on_leafset_request,
-    LeafSetReply: PastryNode._on_leafset_reply,
-    Ping: PastryNode._on_ping,
-    Pong: PastryNode._on_pong,
-    RowRequest: PastryNode._on_row_request,
-    RowReply: PastryNode._on_row_reply,
-    Direct: DhtCore._on_direct,
-    AckedDirect: DhtCore._on_direct,
-    Leave: PastryNode._on_leave,
-    RouteDone: DhtCore._on_route_done,
-    RouteWait: DhtCore._on_route_wait,
-}
-PastryNode._timer_handlers = {
-    T_ACK: DhtCore._on_ack_timeout,
-    _T_KEEPALIVE: PastryNode._on_keepalive,
-    _T_JOIN: DhtCore._on_join_timeout,
-    T_E2E: DhtCore._on_e2e_timeout,
-    T_DIRECT: DhtCore._on_direct_timeout,
-}
+# Filled in place: a compiled PastryNode is an extension type, whose attributes are fixed.
+PastryNode._handlers.update(
+    {
+        Route: DhtCore._on_route,
+        HopAck: DhtCore._on_hop_ack,
+        JoinRequest: PastryNode._on_join_request,
+        JoinRows: PastryNode._on_join_rows,
+        JoinReply: PastryNode._on_join_reply,
+        Announce: PastryNode._on_announce,
+        LeafSetRequest: PastryNode._on_leafset_request,
+        LeafSetReply: PastryNode._on_leafset_reply,
+        Ping: PastryNode._on_ping,
+        Pong: PastryNode._on_pong,
+        RowRequest: PastryNode._on_row_request,
+        RowReply: PastryNode._on_row_reply,
+        Direct: DhtCore._on_direct,
+        AckedDirect: DhtCore._on_direct,
+        Leave: PastryNode._on_leave,
+        RouteDone: DhtCore._on_route_done,
+        RouteWait: DhtCore._on_route_wait,
+    }
+)
+PastryNode._timer_handlers.update(
+    {
+        T_ACK: DhtCore._on_ack_timeout,
+        _T_KEEPALIVE: PastryNode._on_keepalive,
+        _T_JOIN: DhtCore._on_join_timeout,
+        T_E2E: DhtCore._on_e2e_timeout,
+        T_DIRECT: DhtCore._on_direct_timeout,
+    }
+)
 
 __all__ = ["Application", "Handle", "PastryConfig", "PastryNode", "Peer", "Proximity", "State"]

@@ -3,7 +3,7 @@ run interpreted). Read by ``setup.py`` (which cannot import the package while bu
 file imports nothing) and by ``rangecast._speed`` (which loads them, or their source).
 
 Order is the profile's: the engine, then the DHT's routing state and message path, then the
-overlay's event path (docs/simulator.md, "Two speeds")."""
+overlay's event path, then the experiment's collector (docs/simulator.md, "Two speeds")."""
 
 #: Each is built from ``<name with dots as slashes>.py`` under the repository root, through the
 #: package's links (``rangecast/sim`` -> ``sim``), so that Cython names it as Python does.
@@ -26,4 +26,5 @@ MODULES: tuple[str, ...] = (
     "rangecast.pubsub.subscriber",
     "rangecast.pubsub.publisher",
     "rangecast.sim.latency",
+    "rangecast.sim.deliveries",
 )

@@ -36,13 +36,20 @@ import time
 from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+try:
+    import cython
+except ImportError:  # interpreted, without Cython installed
+    from rangecast import _nocython as cython  # type: ignore[no-redef]
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.messages import CARRIERS
 from rangecast.dht.wire import Codec, Message, payload_tag
 from rangecast.sim.latency import LatencyModel
+
+if cython.compiled:  # the event heap's memory (see Simulator._grow)
+    from cython.cimports.cpython.mem import PyMem_Free, PyMem_Realloc
 
 _MSG, _TIMER, _CALL = 0, 1, 2
 _INF = math.inf
@@ -93,31 +100,48 @@ def _counters(n: int = 0) -> array[int]:
     return array("q", bytes(8 * n))
 
 
-@dataclass(slots=True)
 class TypeCount:
-    name: str = ""
-    messages: int = 0
-    bytes: int = 0
-    #: Bytes sent by each node.
-    per_node: array[int] = field(default_factory=_counters)
+    """One message type's traffic: messages, bytes, and bytes by sending node."""
+
+    __slots__ = ("bytes", "messages", "name", "per_node")
+
+    def __init__(self, name: str = "", per_node: array[int] | None = None) -> None:
+        self.name = name
+        self.messages = 0
+        self.bytes = 0
+        #: Bytes sent by each node.
+        self.per_node: array[int] = _counters() if per_node is None else per_node
 
 
-@dataclass(slots=True)
 class NetStats:
-    """Counters per node and per message type."""
+    """Counters per node and per message type. (Plain classes with slots, not dataclasses: the
+    compiled engine makes both extension types, ``sim/engine.pxd``, updated in C per message.)"""
 
-    sent_messages: array[int] = field(default_factory=_counters)
-    sent_bytes: array[int] = field(default_factory=_counters)
-    received_messages: array[int] = field(default_factory=_counters)
-    by_type: dict[str, TypeCount] = field(default_factory=dict)
-    #: One-way propagation delays of every message sent, summed (ms): traffic weighed by
-    #: latency, so a 66 ms hop counts ten times a 7 ms one (queueing left out: it is the
-    #: load's effect, not the route's).
-    delay_ms: float = 0.0
-    lost: int = 0
-    to_dead: int = 0
-    unknown_addr: int = 0
-    events: int = 0
+    __slots__ = (
+        "by_type",
+        "delay_ms",
+        "events",
+        "lost",
+        "received_messages",
+        "sent_bytes",
+        "sent_messages",
+        "to_dead",
+        "unknown_addr",
+    )
+
+    def __init__(self) -> None:
+        self.sent_messages: array[int] = _counters()
+        self.sent_bytes: array[int] = _counters()
+        self.received_messages: array[int] = _counters()
+        self.by_type: dict[str, TypeCount] = {}
+        #: One-way propagation delays of every message sent, summed (ms): traffic weighed by
+        #: latency, so a 66 ms hop counts ten times a 7 ms one (queueing left out: it is the
+        #: load's effect, not the route's).
+        self.delay_ms = 0.0
+        self.lost = 0
+        self.to_dead = 0
+        self.unknown_addr = 0
+        self.events = 0
 
     @property
     def messages(self) -> int:
@@ -163,9 +187,19 @@ class Simulator:
         self.flow_bps: float | None = None
         #: When each (sender, receiver) pair's pacing lets its next message go.
         self._flow_free: dict[tuple[int, int], float] = {}
+        #: The event queue, interpreted: a heap of (time, seq, kind, node, a, b) tuples.
+        #: Compiled, it is a heap of C structs (``Entry`` in ``sim/engine.pxd``: no tuple, no
+        #: float and no int object per event, and comparisons in C) whose objects (a message,
+        #: a call) wait in ``_objs`` slots; ``_push`` and ``_pop_c`` keep the same order.
         self._q: list[tuple[float, int, int, int, Any, Any]] = []
         #: Tie-breaker of the event queue: events at the same time run in the order scheduled.
         self._counter = itertools.count(1)
+        if cython.compiled:
+            self._heap = cython.NULL
+            self._free = cython.NULL
+            self._objs: list[Any] = []
+            self._n = self._cap = self._nfree = 0
+            self._seq = 0
         #: Each node's armed deadline, in a compact array: the flush compares it after every
         #: input at a random node, and a list would point to a float object anywhere in memory.
         self._armed: array[float] = array("d")
@@ -289,7 +323,96 @@ class Simulator:
         """Run ``fn(*args)`` at virtual time ``at`` (scenario actions)."""
         if at < self.now:
             raise LocalProtocolError(f"cannot schedule in the past ({at} < {self.now})")
-        heapq.heappush(self._q, (at, next(self._counter), _CALL, -1, fn, args))
+        self._push(at, _CALL, -1, fn, args)
+
+    def _push(self, t: float, kind: int, node: int, a: Any, b: Any) -> int:
+        """Queue an event (see the module docstring for what ``a`` and ``b`` are per kind)."""
+        if cython.compiled:
+            if kind == _MSG:
+                return self._push_c(t, kind, node, a, b)
+            if kind == _TIMER:
+                return self._push_c(t, kind, node, -1, None)
+            return self._push_c(t, kind, node, -1, (a, b))
+        heapq.heappush(self._q, (t, next(self._counter), kind, node, a, b))
+        return 0
+
+    # The compiled heap: the same algorithm as heapq (sift the new entry up; move the last one
+    # down from the top), on (t, seq) keys, which are unique, so the order is heapq's exactly.
+
+    def _push_c(self, t: float, kind: int, node: int, src: int, obj: Any) -> int:
+        if self._n == self._cap:
+            self._grow()
+        slot = -1
+        if obj is not None:
+            self._nfree -= 1
+            slot = self._free[self._nfree]
+            self._objs[slot] = obj
+        self._seq += 1
+        h = self._heap
+        pos = self._n
+        self._n += 1
+        while pos > 0:
+            parent = (pos - 1) >> 1
+            if h[parent].t < t or (h[parent].t == t and h[parent].seq < self._seq):
+                break
+            h[pos] = h[parent]
+            pos = parent
+        h[pos].t = t
+        h[pos].seq = self._seq
+        h[pos].kind = kind
+        h[pos].node = node
+        h[pos].src = src
+        h[pos].slot = slot
+        return 0
+
+    def _pop_c(self) -> Any:
+        """The earliest entry, taken off the heap (its object stays in its slot)."""
+        h = self._heap
+        top = h[0]
+        self._n -= 1
+        n = self._n
+        if n > 0:
+            last = h[n]
+            pos = 0
+            while True:
+                child = 2 * pos + 1
+                if child >= n:
+                    break
+                c = h[child]
+                if child + 1 < n:
+                    r = h[child + 1]
+                    if r.t < c.t or (r.t == c.t and r.seq < c.seq):
+                        child += 1
+                        c = r
+                if last.t < c.t or (last.t == c.t and last.seq < c.seq):
+                    break
+                h[pos] = c
+                pos = child
+            h[pos] = last
+        return top
+
+    def _grow(self) -> int:
+        """Double the heap's capacity (and its object slots)."""
+        cap = max(1024, 2 * self._cap)
+        heap = PyMem_Realloc(self._heap, cap * cython.sizeof(Entry))  # type: ignore[name-defined]  # noqa: F821
+        if heap == cython.NULL:
+            raise MemoryError
+        self._heap = cython.cast(cython.pointer(Entry), heap)  # type: ignore[name-defined]  # noqa: F821
+        free = PyMem_Realloc(self._free, cap * cython.sizeof(cython.Py_ssize_t))
+        if free == cython.NULL:
+            raise MemoryError
+        self._free = cython.cast(cython.pointer(cython.Py_ssize_t), free)
+        for slot in range(cap - 1, self._cap - 1, -1):
+            self._free[self._nfree] = slot
+            self._nfree += 1
+        self._objs.extend([None] * (cap - self._cap))
+        self._cap = cap
+        return 0
+
+    def __dealloc__(self) -> None:
+        if cython.compiled:
+            PyMem_Free(self._heap)
+            PyMem_Free(self._free)
 
     def stop(self) -> None:
         """Make ``run`` return after the current event."""
@@ -316,11 +439,36 @@ class Simulator:
         check_every = 1 << 14
         countdown = check_every
         next_report = time.monotonic() + self._progress_every
-        while q:
-            if q[0][0] > until:
-                self.now = until
-                break
-            t, _, kind, i, a, b = pop(q)
+        limit = until
+        a: Any
+        b: Any
+        while True:
+            # Take the earliest event: (t, kind, i, a, b) as the module docstring says.
+            if cython.compiled:
+                if self._n == 0:
+                    break
+                if self._heap[0].t > limit:
+                    self.now = until
+                    return
+                top = self._pop_c()
+                t, kind, i = top.t, top.kind, top.node
+                a = b = None
+                if top.slot >= 0:
+                    obj = self._objs[top.slot]
+                    self._objs[top.slot] = None
+                    self._free[self._nfree] = top.slot
+                    self._nfree += 1
+                    if kind == _MSG:
+                        a, b = top.src, obj
+                    else:
+                        a, b = obj
+            else:
+                if not q:
+                    break
+                if q[0][0] > until:
+                    self.now = until
+                    return
+                t, _, kind, i, a, b = pop(q)
             self.now = t
             if kind == _MSG:
                 if alive[i]:
@@ -341,16 +489,16 @@ class Simulator:
                 flush = self._flush_fn or self._get_flush()
             stats.events += 1
             if self._stop:
-                break
+                return
             countdown -= 1
             if countdown == 0:
                 countdown = check_every
                 if self._progress is not None and time.monotonic() >= next_report:
                     next_report = time.monotonic() + self._progress_every
                     self._progress(self)
-        else:
-            if until != _INF:
-                self.now = max(self.now, until)
+        # The queue ran dry before ``until``: virtual time still reaches it.
+        if until != _INF:
+            self.now = max(self.now, until)
 
     def _new_count(self, kind: Any) -> TypeCount:
         if isinstance(kind, int):
@@ -370,6 +518,7 @@ class Simulator:
             fn = self._flush_fn = self._make_flush()
         return fn
 
+    @cython.locals(stats=NetStats)
     def _make_flush(self) -> Callable[[int], None]:
         """The flush of one node (see the module docstring), as a closure over everything that
         stays fixed while the loop runs: it runs after every input, so every attribute it needs
@@ -384,9 +533,6 @@ class Simulator:
         encode = self._encode
         type_counts = self._type_counts
         new_count = self._new_count
-        q = self._q
-        push = heapq.heappush
-        seq = self._counter
         uplink = self.uplink_bps
         uplink_free = self._uplink_free
         flow_bps = self.flow_bps
@@ -402,6 +548,17 @@ class Simulator:
         armed = self._armed
         carriers = CARRIERS
 
+        @cython.locals(
+            i=cython.Py_ssize_t,
+            now=cython.double,
+            nbytes=cython.Py_ssize_t,
+            delay=cython.double,
+            size=cython.Py_ssize_t,
+            depart=cython.double,
+            paced=cython.double,
+            d=cython.double,
+            tc=TypeCount,
+        )
         def flush(i: int) -> None:
             core = cores[i]
             out = core.take_messages()  # type: ignore[union-attr]
@@ -450,7 +607,7 @@ class Simulator:
                     delay += d
                     if log is not None:
                         log(now, i, dst, tc.name, size, msg, False, d)
-                    push(q, (depart + d * 0.001, next(seq), _MSG, dst, i, msg))
+                    self._push(depart + d * 0.001, _MSG, dst, i, msg)
                 sent_messages[i] += len(out)
                 sent_bytes[i] += nbytes
                 stats.delay_ms += delay
@@ -462,6 +619,6 @@ class Simulator:
             t = core.get_timer()  # type: ignore[union-attr]
             if t is not None and t < armed[i]:
                 armed[i] = t
-                push(q, (t, next(seq), _TIMER, i, None, None))
+                self._push(t, _TIMER, i, None, None)
 
         return flush

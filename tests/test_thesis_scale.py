@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from rangecast.pubsub.schema import THESIS_SCHEMA
 from rangecast.pubsub.subscription import Range, Subscription
 from rangecast.sim import runlog
+from rangecast.sim.deliveries import Deliveries
 from rangecast.sim.percentiles import ordered_sum
 from rangecast.sim.thesis_experiment import (
     MatchOracle,
     ThesisParams,
-    _Deliveries,
     _summary,
     run_thesis,
 )
@@ -180,7 +180,7 @@ def test_flat_record_equals_the_dicts(seed: int) -> None:
             sids = (sid,)
         receipts.append((i, eid, sids, now))
 
-    record = _Deliveries(len(owners))
+    record = Deliveries(len(owners))
     record.block = rng.choice([1, 3, 1 << 22])  # receipts sorted per block of events
     for i, sid in owners:
         record.subscribed(i, sid)
