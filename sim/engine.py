@@ -547,6 +547,12 @@ class Simulator:
         on_events = self._on_events
         armed = self._armed
         carriers = CARRIERS
+        # Interpreted, a message goes on the heapq heap inline (a call to ``_push`` per message
+        # would cost the interpreted engine about 4 %); compiled, ``_push`` is a C call.
+        compiled = cython.compiled
+        q = self._q
+        push = heapq.heappush
+        seq = self._counter
 
         @cython.locals(
             i=cython.Py_ssize_t,
@@ -607,7 +613,10 @@ class Simulator:
                     delay += d
                     if log is not None:
                         log(now, i, dst, tc.name, size, msg, False, d)
-                    self._push(depart + d * 0.001, _MSG, dst, i, msg)
+                    if compiled:
+                        self._push(depart + d * 0.001, _MSG, dst, i, msg)
+                    else:
+                        push(q, (depart + d * 0.001, next(seq), _MSG, dst, i, msg))
                 sent_messages[i] += len(out)
                 sent_bytes[i] += nbytes
                 stats.delay_ms += delay
@@ -619,6 +628,9 @@ class Simulator:
             t = core.get_timer()  # type: ignore[union-attr]
             if t is not None and t < armed[i]:
                 armed[i] = t
-                self._push(t, _TIMER, i, None, None)
+                if compiled:
+                    self._push(t, _TIMER, i, None, None)
+                else:
+                    push(q, (t, next(seq), _TIMER, i, None, None))
 
         return flush

@@ -100,3 +100,24 @@ def test_a_stale_extension_is_not_run(tmp_path: Path) -> None:
     assert finder.stale == [name]
     os.utime(ext, None)  # rebuilt: the ordinary finder loads the extension
     assert finder.find_spec(name, [str(pkg)]) is None
+
+
+def test_the_interpreted_modules_run_where_cython_is_not_installed() -> None:
+    """A wheel installed without Cython runs the hot modules interpreted: their ``import cython``
+    falls back to ``rangecast._nocython`` and a run gives the results it gives with Cython."""
+    hide = (
+        "import sys\n"
+        "class NoCython:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('cython', 'Cython'):\n"
+        "            raise ImportError(name)\n"
+        "sys.meta_path.insert(0, NoCython())\n"
+    )
+    code = (
+        "from rangecast.cli.main import main\n"
+        f"sys.exit(main({[*RUNS['thesis'], '--json', '--quiet']!r}))\n"
+    )
+    without = json.loads(_python(hide + code + "", pure=True))
+    with_cython = json.loads(_python("import sys\n" + code, pure=True))
+    assert _stable(without) == _stable(with_cython)
+    assert without["missed"] == without["duplicates"] == without["false_positives"] == 0
