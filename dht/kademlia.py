@@ -52,14 +52,22 @@ import heapq
 import logging
 import math
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from kademlia.node import Node, NodeHeap
 from kademlia.routing import KBucket
 
-from rangecast.dht.core import T_ACK, Application, DhtCore, NodeStats, Proximity, State
+from rangecast.dht.core import (
+    T_ACK,
+    Application,
+    DhtCore,
+    NodeStats,
+    Proximity,
+    State,
+    TimerHandler,
+)
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError
 from rangecast.dht.healing import HEAL_KEEP_S, HEAL_PEERS, check_heal_config
 from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
@@ -335,6 +343,12 @@ class KademliaNode(DhtCore):
         "_siblings",
         "table",
     )
+    #: Its own handler tables (filled in at the end of this module), not DhtCore's; and the
+    #: messages for the application that reach a joiner before its lookup ends (held, then
+    #: handled).
+    _handlers: ClassVar[dict[type[Message], Callable[[Any, Any, bytes, float], None]]] = {}
+    _timer_handlers: ClassVar[dict[int, TimerHandler]] = {}
+    _held: ClassVar[tuple[type[Message], ...]] = (Route, Direct, AckedDirect)
 
     def __init__(
         self,
@@ -790,23 +804,28 @@ class KademliaNode(DhtCore):
 #: At most this many messages are held by a joiner.
 MAX_HELD = 4096
 
-KademliaNode._handlers = {
-    FindNode: KademliaNode._on_find_node,
-    FoundNodes: KademliaNode._on_found_nodes,
-    Route: DhtCore._on_route,
-    HopAck: DhtCore._on_hop_ack,
-    Ping: KademliaNode._on_ping,
-    Pong: KademliaNode._on_pong,
-    Direct: DhtCore._on_direct,
-    AckedDirect: DhtCore._on_direct,
-    Leave: KademliaNode._on_leave,
-}
-KademliaNode._timer_handlers = {
-    _T_QUERY: KademliaNode._on_query_timeout,
-    T_ACK: DhtCore._on_ack_timeout,
-    _T_KEEPALIVE: KademliaNode._on_keepalive,
-    _T_JOIN: DhtCore._on_join_timeout,
-}
+# Filled in place: a compiled KademliaNode is an extension type, whose attributes are fixed.
+KademliaNode._handlers.update(
+    {
+        FindNode: KademliaNode._on_find_node,
+        FoundNodes: KademliaNode._on_found_nodes,
+        Route: DhtCore._on_route,
+        HopAck: DhtCore._on_hop_ack,
+        Ping: KademliaNode._on_ping,
+        Pong: KademliaNode._on_pong,
+        Direct: DhtCore._on_direct,
+        AckedDirect: DhtCore._on_direct,
+        Leave: KademliaNode._on_leave,
+    }
+)
+KademliaNode._timer_handlers.update(
+    {
+        _T_QUERY: KademliaNode._on_query_timeout,
+        T_ACK: DhtCore._on_ack_timeout,
+        _T_KEEPALIVE: KademliaNode._on_keepalive,
+        _T_JOIN: DhtCore._on_join_timeout,
+    }
+)
 
 __all__ = [
     "LOOKUP_MODES",
@@ -817,5 +836,3 @@ __all__ = [
     "KademliaNode",
     "expected_siblings",
 ]
-#: Messages for the application that reach a joiner before its lookup ends (held, then handled).
-KademliaNode._held = (Route, Direct, AckedDirect)

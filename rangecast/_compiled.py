@@ -14,6 +14,7 @@ MODULES: tuple[str, ...] = (
     "rangecast.dht.timers",
     "rangecast.dht.core",
     "rangecast.dht.node",
+    "rangecast.dht.kademlia",
     "rangecast.dht.wire",
     "rangecast.pubsub.dissemination",
     "rangecast.pubsub.host",
