@@ -1,6 +1,6 @@
 # Static types for Cython (pure-Python mode): dht/core.py compiled with these declarations makes
 # DhtCore an extension type, so that its methods read and write their node's state directly
-# and call each other's hot ones as C functions. Interpreted, the .py ignores this file.
+# rather than through attribute lookups. Interpreted, the .py ignores this file.
 # docs/simulator.md, "Two speeds".
 
 cdef class DhtCore:
@@ -9,10 +9,3 @@ cdef class DhtCore:
     cdef public object notary, proximity, rng, space, state, stats
     cdef public list _out
     cdef public dict _pending
-
-    cpdef receive(self, msg, src, now)
-    cpdef take_messages(self)
-    cpdef _send_route(self, msg, key, nh, now, reroutes)
-    cpdef _on_route(self, msg, src, now)
-    cpdef _advance(self, msg, key, now, reroutes)
-    cpdef _on_direct(self, msg, src, now)

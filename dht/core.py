@@ -152,6 +152,8 @@ T_DIRECT = 30
 
 #: A timer handler: (node, the entry's argument, its deadline, now).
 TimerHandler = Callable[[Any, Any, float, float], None]
+#: A message handler: (node, message, sender address, now).
+MessageHandler = Callable[[Any, Any, bytes, float], None]
 
 
 class DhtCore:
@@ -179,7 +181,7 @@ class DhtCore:
         "stats",
     )
     #: Message type -> handler, filled in by each subclass.
-    _handlers: ClassVar[dict[type[Message], Callable[[Any, Any, bytes, float], None]]] = {}
+    _handlers: ClassVar[dict[type[Message], MessageHandler]] = {}
     #: Message types a joining node keeps for later instead of handling (Kademlia's).
     _held: ClassVar[tuple[type[Message], ...]] = ()
     #: Timer kind -> handler, filled in by each subclass (``T_ACK``: ``_on_ack_timeout``).
@@ -861,6 +863,7 @@ __all__ = [
     "Application",
     "DhtCore",
     "DropStats",
+    "MessageHandler",
     "NodeStats",
     "Pending",
     "Proximity",

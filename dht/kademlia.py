@@ -52,7 +52,7 @@ import heapq
 import logging
 import math
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -63,6 +63,7 @@ from rangecast.dht.core import (
     T_ACK,
     Application,
     DhtCore,
+    MessageHandler,
     NodeStats,
     Proximity,
     State,
@@ -346,7 +347,7 @@ class KademliaNode(DhtCore):
     #: Its own handler tables (filled in at the end of this module), not DhtCore's; and the
     #: messages for the application that reach a joiner before its lookup ends (held, then
     #: handled).
-    _handlers: ClassVar[dict[type[Message], Callable[[Any, Any, bytes, float], None]]] = {}
+    _handlers: ClassVar[dict[type[Message], MessageHandler]] = {}
     _timer_handlers: ClassVar[dict[int, TimerHandler]] = {}
     _held: ClassVar[tuple[type[Message], ...]] = (Route, Direct, AckedDirect)
 

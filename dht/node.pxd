@@ -13,4 +13,3 @@ cdef class PastryNode(DhtCore):
 
     @cython.locals(leaves=LeafSet, rows=list, entry=Peer)
     cpdef _next_hop(self, key, exclude)
-    cpdef _advance(self, msg, key, now, reroutes)

@@ -42,7 +42,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, ClassVar
@@ -53,6 +52,7 @@ from rangecast.dht.core import (
     T_E2E,
     Application,
     DhtCore,
+    MessageHandler,
     NodeStats,
     Proximity,
     State,
@@ -173,7 +173,7 @@ class PastryNode(DhtCore):
         "table",
     )
     #: Its own handler tables (filled in at the end of this module), not DhtCore's.
-    _handlers: ClassVar[dict[type[Message], Callable[[Any, Any, bytes, float], None]]] = {}
+    _handlers: ClassVar[dict[type[Message], MessageHandler]] = {}
     _timer_handlers: ClassVar[dict[int, TimerHandler]] = {}
 
     def __init__(

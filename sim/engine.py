@@ -439,7 +439,7 @@ class Simulator:
         check_every = 1 << 14
         countdown = check_every
         next_report = time.monotonic() + self._progress_every
-        limit = until
+        limit = until  # compiled: a C double (sim/engine.pxd), compared in C per event
         a: Any
         b: Any
         while True:
