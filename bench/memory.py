@@ -14,7 +14,7 @@ component that reaches it), in this order:
 * engine: the simulator without the cores (addresses, per-node counters, timers, the event
   heap);
 * DHT: the Pastry nodes (leaf sets, routing tables, their peers, counters);
-* overlay dedup: the subscribers' record of recent (sid, event) receipts (``PubSubNode._got``),
+* overlay dedup: the subscribers' record of recent (sid, event) receipts (``Subscriber._got``),
   which grows with deliveries;
 * overlay: the rest of the pub/sub cores, in parts: the 2d-tree nodes a peer hosts (with their
   stored subscription pieces and leaf tables), its per-attribute spaces (with their zone
@@ -114,13 +114,17 @@ def measure(state: dict[str, Any]) -> dict[str, Any]:
     part("latency_model", [sim.latency])
     part("engine", [sim])
     part("dht", dht_nodes)
-    part("overlay_dedup", [getattr(o, "_got", {}) for o in overlays])
+    # The overlay's parts (pubsub.base): the subscriber's dedup record and subscriptions, the
+    # shared state's attribute spaces.
+    subscribers = [getattr(o, "subscriber", o) for o in overlays]
+    shared = [getattr(o, "_shared", o) for o in overlays]
+    part("overlay_dedup", [getattr(s, "_got", {}) for s in subscribers])
     # Private fields, read only to split the overlay's state (empty if a core lacks them).
     part("overlay_tree", [getattr(o, "nodes", {}) for o in overlays])
     # The spaces' zone caches, shared by every space over the same domain (module-level).
     shared_zones = getattr(rangecast.pubsub.space, "_zone_cache_of", None)
-    part("overlay_spaces", [*(getattr(o, "_spaces", {}) for o in overlays), shared_zones])
-    part("overlay_own_subs", [getattr(o, "_subs", {}) for o in overlays])
+    part("overlay_spaces", [*(getattr(o, "_spaces", {}) for o in shared), shared_zones])
+    part("overlay_own_subs", [getattr(s, "_subs", {}) for s in subscribers])
     part("overlay_other", [*overlays, *peers])
     deliveries = state["deliveries"]
     part("receipt_record", [deliveries])

@@ -9,3 +9,8 @@ cdef class DhtCore:
     cdef public object notary, proximity, rng, space, state, stats
     cdef public list _out
     cdef public dict _pending
+
+# The KBR upcalls' base: an extension type so that an application compiled on top of it (the
+# overlay's PubSubNode) can be one too. Applications written in Python subclass it as ever.
+cdef class Application:
+    pass

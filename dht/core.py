@@ -56,6 +56,17 @@ class State(Enum):
     LEFT = "left"
 
 
+# The states as module constants, for the per-message checks: ``State.READY`` goes through the
+# enum class's attribute lookup every time, a constant is one global read.
+IDLE, JOINING, READY, FAILED, LEFT = (
+    State.IDLE,
+    State.JOINING,
+    State.READY,
+    State.FAILED,
+    State.LEFT,
+)
+
+
 class Application:
     """Upcalls of the common KBR API. Subclass and override what you need."""
 
@@ -284,7 +295,7 @@ class DhtCore:
         self.receive(msg, src, now)
 
     def receive(self, msg: Message, src: bytes, now: float) -> None:
-        if self.state is State.LEFT or self.state is State.IDLE:
+        if self.state is LEFT or self.state is IDLE:
             self.stats.drop("not running")
             return
         handler = self._handlers.get(type(msg))
@@ -292,7 +303,7 @@ class DhtCore:
             # Not a DHT message: a driver that shares a port with other layers routes those.
             self.stats.drop("not a dht message")
             return
-        if self.state is State.JOINING and type(msg) in self._held:
+        if self.state is JOINING and type(msg) in self._held:
             self._hold(msg, src)
             return
         try:
@@ -383,7 +394,7 @@ class DhtCore:
         raise NotImplementedError
 
     def _on_join_timeout(self, arg: Any, deadline: float, now: float) -> None:
-        if self.state is not State.JOINING:
+        if self.state is not JOINING:
             return
         if self._join_attempts >= self.cfg.join_attempts:
             self.state = State.FAILED
@@ -463,7 +474,7 @@ class DhtCore:
             raise RemoteProtocolError(f"origin id of {len(msg.origin.id)} bytes")
         if self.cfg.hop_acks:
             self._out.append((src, HopAck(msg.uid)))
-        if self.state is not State.READY:
+        if self.state is not READY:
             self.stats.drop("route before ready")
             return
         e2e = self._e2e

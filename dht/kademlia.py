@@ -60,6 +60,8 @@ from kademlia.node import Node, NodeHeap
 from kademlia.routing import KBucket
 
 from rangecast.dht.core import (
+    JOINING,
+    READY,
     T_ACK,
     Application,
     DhtCore,
@@ -408,7 +410,8 @@ class KademliaNode(DhtCore):
 
     def route(self, key: int, payload: bytes, now: float) -> int:
         """Route ``payload`` to the root of ``key``; returns the message's uid."""
-        self._require(State.READY, "route")
+        if self.state is not READY:
+            self._require(READY, "route")
         self.space.check(key)
         uid = self.rng.getrandbits(63)
         nh = self.table.nearest(key)
@@ -465,7 +468,7 @@ class KademliaNode(DhtCore):
             self._roots = {k: v for k, v in self._roots.items() if v[0].id != ident}
 
     def leave(self, now: float) -> None:
-        if self.state is not State.READY:
+        if self.state is not READY:
             self.state = State.LEFT
             return
         bye = Leave(self.me.handle)
@@ -561,7 +564,7 @@ class KademliaNode(DhtCore):
                 self._remember_root(lk.key, root, now)
             msg = Route(lk.lid, self.space.to_bytes(lk.key), self.me.handle, rounds, lk.payload)
             self._send_route(msg, lk.key, root, now, 0)
-        elif lk.purpose == _JOIN and self.state is State.JOINING and self.table.buckets:
+        elif lk.purpose == _JOIN and self.state is JOINING and self.table.buckets:
             self._become_ready(now)
             self._refresh_buckets(now)
         elif lk.purpose == _REFRESH and lk.key == self.me.id and self._repair_again:
@@ -701,7 +704,7 @@ class KademliaNode(DhtCore):
     # ----------------------------------------------------------------------------- liveness
 
     def _on_keepalive(self, arg: Any, deadline: float, now: float) -> None:
-        if self.state is not State.READY:
+        if self.state is not READY:
             return
         heard = self._last_heard
         for p in list(self._siblings):
@@ -750,7 +753,7 @@ class KademliaNode(DhtCore):
         table = self.table
         was = ident in table
         table.add(peer)
-        if self._graveyard is not None and self._revived(ident) and self.state is State.READY:
+        if self._graveyard is not None and self._revived(ident) and self.state is READY:
             # Back from the other side of a split: look up our own id (from a table that has
             # it again), whose answers now come from both sides (``dht.healing``).
             self._repair_neighbourhood(now)
@@ -784,7 +787,7 @@ class KademliaNode(DhtCore):
         if was_sibling:
             self._siblings = self.table.closest(self.me.id, self.cfg.siblings)
         self.app.update(peer, False, now)
-        if was_sibling and self.state is State.READY:
+        if was_sibling and self.state is READY:
             self._repair_neighbourhood(now)
 
     def _repair_neighbourhood(self, now: float) -> None:

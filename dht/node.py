@@ -47,6 +47,8 @@ from itertools import chain
 from typing import Any, ClassVar
 
 from rangecast.dht.core import (
+    JOINING,
+    READY,
     T_ACK,
     T_DIRECT,
     T_E2E,
@@ -217,7 +219,8 @@ class PastryNode(DhtCore):
 
     def route(self, key: int, payload: bytes, now: float) -> int:
         """Route ``payload`` to the root of ``key``; returns the message's uid."""
-        self._require(State.READY, "route")
+        if self.state is not READY:
+            self._require(READY, "route")
         self.space.check(key)
         uid = self.rng.getrandbits(63)
         nh = self._next_hop(key, -1)
@@ -233,7 +236,7 @@ class PastryNode(DhtCore):
 
     def leave(self, now: float) -> None:
         """Depart gracefully: tell every node we know so they drop us at once."""
-        if self.state is not State.READY:
+        if self.state is not READY:
             self.state = State.LEFT
             return
         bye = Leave(self.me.handle)
@@ -408,7 +411,7 @@ class PastryNode(DhtCore):
         self._timers.push(now + self.cfg.join_timeout_s, _T_JOIN)
 
     def _on_join_request(self, msg: JoinRequest, src: bytes, now: float) -> None:
-        if self.state is not State.READY:
+        if self.state is not READY:
             self.stats.drop("join before ready")
             return
         joiner = Peer.from_handle(self.space, msg.joiner)
@@ -434,13 +437,13 @@ class PastryNode(DhtCore):
         self._send_route(out, joiner_id, nh, now, reroutes)
 
     def _on_join_rows(self, msg: JoinRows, src: bytes, now: float) -> None:
-        if self.state is not State.JOINING and self.state is not State.READY:
+        if self.state is not JOINING and self.state is not READY:
             return
         for h in msg.entries:
             self._learn(Peer.from_handle(self.space, h), now, direct=False)
 
     def _on_join_reply(self, msg: JoinReply, src: bytes, now: float) -> None:
-        if self.state is not State.JOINING:
+        if self.state is not JOINING:
             return  # a duplicate from a retried join
         root = Peer.from_handle(self.space, msg.root)
         self._learn(root, now, direct=True)
@@ -461,7 +464,7 @@ class PastryNode(DhtCore):
         self.app.ready(now)
 
     def _on_announce(self, msg: Announce, src: bytes, now: float) -> None:
-        if self.state is not State.READY:
+        if self.state is not READY:
             return
         peer = Peer.from_handle(self.space, msg.node)
         was_leaf = peer.id in self.leaves
@@ -477,7 +480,7 @@ class PastryNode(DhtCore):
         return LeafSetReply(self.me.handle, [p.handle for p in self.leaves.members()])
 
     def _on_keepalive(self, arg: Any, deadline: float, now: float) -> None:
-        if self.state is not State.READY:
+        if self.state is not READY:
             return
         fail_after = self.cfg.fail_after_s
         heard = self._last_heard
@@ -565,7 +568,7 @@ class PastryNode(DhtCore):
             if self._suspects is not None:
                 self._cleared(ident, now)
             self._dead.pop(ident, None)
-            if self._graveyard is not None and self._revived(ident) and self.state is State.READY:
+            if self._graveyard is not None and self._revived(ident) and self.state is READY:
                 # Back from the other side of a split: learn its neighbours, some of which
                 # belong in our leaf set now (``dht.healing``).
                 self._out.append((peer.addr, LeafSetRequest(self.me.handle)))
@@ -574,7 +577,7 @@ class PastryNode(DhtCore):
         leaves = self.leaves
         if ident in leaves and not leaves.wraps:
             return  # already a neighbour, and was offered to the table when it became one
-        if not direct and self.state is State.READY:
+        if not direct and self.state is READY:
             # Second-hand news of a would-be neighbour may be stale (it may have died since and
             # the teller not noticed yet): ping it, and let its answer, a direct message, put it
             # in. The ping also tells it about us.

@@ -3,21 +3,28 @@ the state and helpers of one ``PubSubNode``.
 
 Theory of operation
 -------------------
-``PubSubNode`` (``pubsub.node``) is one sans-IO core made of parts that each own one concern and
-are mixed into it: the subscriber (``pubsub.subscriber``), the publisher
-(``pubsub.publisher``), the host of tree nodes (``pubsub.host``) and replication
-(``pubsub.replication``); how probes and notifications travel is a strategy picked once from
-the configuration when the node is built (``pubsub.dissemination``). The parts are mixins of
-one object rather than objects of their own because the simulator runs millions of messages
-through them: a call from one part to another is then an ordinary method call, with no layer
-between the receive path of a probe or a notification and its handler.
+``PubSubNode`` (``pubsub.node``) is one sans-IO core composed of parts, each an object that owns
+one concern: the subscriber (``pubsub.subscriber``), the publisher (``pubsub.publisher``), the
+host of tree nodes (``pubsub.host``), replication (``pubsub.replication``) and expiry
+(``pubsub.expiry``); how probes and notifications travel is a strategy picked once from the
+configuration when the node is built (``pubsub.dissemination``).
 
-``NodeBase`` declares the state the parts share and the helpers they all use: the DHT key of a
-tree node (``_key``, cached), routing and sending an overlay message (``_route``, ``_send``),
-the attribute spaces of the schemas (``_space``, ``_resolve`` for a reference from the
-network), and the checks every part makes on what the network sends (``_check_event``,
-``_check_pieces``). It also names, as attributes, the methods one part calls on another, so
-that each part type-checks on its own.
+``NodeBase`` is what they share: the state (the DHT node, the configuration, the counters, the
+hosted tree nodes and replicas, the timer heap, the parked probes, the application events) and
+the helpers every part uses: the DHT key of a tree node (``_key``, cached), routing and sending
+an overlay message (``_route``, ``_send``), the attribute spaces of the schemas (``_space``,
+``_resolve`` for a reference from the network), and the checks every part makes on what the
+network sends (``_check_event``, ``_check_pieces``).
+
+Every part is a ``NodeBase`` holding the *same* shared objects (``NodeBase.__init__`` copies the
+references from the node's one ``NodeBase``), not a pointer to a context to look them up in: the
+simulator runs millions of messages through the parts, and compiled (docs/simulator.md, "Two
+speeds") a shared field is then one C field read. The rule that makes the copies safe: a shared
+field is never rebound after the node is built, only mutated (``take_events`` empties the event
+list in place). State one part alone writes is that part's own field (the subscriber's
+subscriptions, the host's ``_ready_at``). A part calls another through a bound method it is
+given when the node is built (its class names them as attributes), so that each type-checks on
+its own and none knows the others' classes.
 
 Nothing here reads a clock or the global random generator: time comes with every input and
 random numbers from the ``random.Random`` the driver passed in.
@@ -42,12 +49,11 @@ from rangecast.pubsub.messages import (
     Event,
     ProbePub,
     ProbeSub,
-    ProbeTarget,
     Ref,
     StoredSub,
 )
 from rangecast.pubsub.schema import Schema, SchemaRegistry
-from rangecast.pubsub.space import MAX_DEPTH, AttributeSpace, TreeId
+from rangecast.pubsub.space import MAX_DEPTH, AttributeSpace, TreeId, tree_id
 from rangecast.pubsub.tree import TreeNode
 
 
@@ -224,12 +230,33 @@ NodeKey = tuple[str, TreeId]
 #: subscriber's periodic refresh; the sweep of pieces not refreshed (``pubsub.expiry``).
 T_PARK, T_RECONCILE, T_REFRESH, T_EXPIRE = 0, 1, 2, 3
 
-#: A message handler: (node, message, the sender for a point-to-point one else None, now).
+#: A message handler: (the part, message, the sender for a point-to-point one else None, now).
 Handler = Callable[[Any, Any, Handle | None, float], None]
 
 
 class NodeBase:
-    """The state and helpers every part of a ``PubSubNode`` shares (see the module's header)."""
+    """The state and helpers every part of a ``PubSubNode`` shares (see the module's header).
+    ``NodeBase(shared)`` is a part holding ``shared``'s objects; ``NodeBase()`` is empty, for
+    the node to fill."""
+
+    __slots__ = (
+        "_codec",
+        "_events",
+        "_expiring",
+        "_keys",
+        "_parked",
+        "_schemas_seen",
+        "_spaces",
+        "_timers",
+        "capacity",
+        "cfg",
+        "dht",
+        "nodes",
+        "replicas",
+        "rng",
+        "schemas",
+        "stats",
+    )
 
     dht: DhtCore
     schemas: SchemaRegistry
@@ -242,35 +269,36 @@ class NodeBase:
     nodes: dict[NodeKey, TreeNode]
     replicas: dict[NodeKey, TreeNode]
     _codec: Codec
+    #: The application events not taken yet (``PubSubNode.take_events``).
     _events: list[AppEvent]
     _timers: TimerHeap[int]
     #: Probes waiting for a tree node to be created here, with their deadlines.
     _parked: dict[NodeKey, list[tuple[ProbeSub | ProbePub, float]]]
-    #: When the DHT node became ready (a peer that joined waits for hand-offs after it).
-    _ready_at: float
     _spaces: dict[tuple[str, int], AttributeSpace]
     _schemas_seen: dict[str, Schema]
     _keys: dict[NodeKey, int]
     #: Whether stored pieces expire here (``pubsub.expiry``: configured, and refreshed).
     _expiring: bool
 
-    # One part calls another through these; each is a method of one part (or, for the two
-    # strategies, the bound method of the strategy object the node chose when it was built).
-    _probe_out: Callable[[Event, list[ProbeTarget], int, float], None]
-    #: How an internal tree node sends probes on to its leaf table's leaves (``forward``).
-    _forward_out: Callable[[Event, list[ProbeTarget], int, float], None]
-    _notify: Callable[[Event, dict[bytes, list[StoredSub]], float], None]
-    _on_probe_sub: Callable[[ProbeSub, Handle | None, float], None]
-    _on_probe_pub: Callable[[ProbePub, Handle | None, float], None]
-    _on_delivery: Callable[[Any, Handle | None, float], None]
-    _unpark: Callable[[NodeKey, float], None]
-    _promote: Callable[[NodeKey, float], TreeNode]
-    _sync_replicas: Callable[[NodeKey, TreeNode, float], None]
-    _replicate_state: Callable[[NodeKey, TreeNode, float], None]
-    _replicate_op: Callable[[NodeKey, int, StoredSub, float], None]
-    _touch: Callable[[NodeKey, StoredSub, float], None]
-    _touch_node: Callable[[NodeKey, TreeNode, float], None]
-    _forget: Callable[[NodeKey, StoredSub], None]
+    def __init__(self, shared: NodeBase | None = None) -> None:
+        if shared is None:
+            return
+        self.dht = shared.dht
+        self.schemas = shared.schemas
+        self.capacity = shared.capacity
+        self.rng = shared.rng
+        self.cfg = shared.cfg
+        self.stats = shared.stats
+        self.nodes = shared.nodes
+        self.replicas = shared.replicas
+        self._codec = shared._codec
+        self._events = shared._events
+        self._timers = shared._timers
+        self._parked = shared._parked
+        self._spaces = shared._spaces
+        self._schemas_seen = shared._schemas_seen
+        self._keys = shared._keys
+        self._expiring = shared._expiring
 
     def _key(self, schema: str, tid: TreeId) -> int:
         """The DHT key of a tree node (SHA-1 of its identifier), cached."""
@@ -326,7 +354,7 @@ class NodeBase:
             space = self._space(ref.schema, ref.attr)
         if ref.path >> ref.depth:
             raise RemoteProtocolError("tree path longer than its depth")
-        return space, TreeId(ref.attr, ref.depth, ref.path)
+        return space, tree_id(ref.attr, ref.depth, ref.path)
 
     def _check_event(self, event: Event) -> Schema:
         schema = self._schemas_seen.get(event.schema) or self._schema_remote(event.schema)

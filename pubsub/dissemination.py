@@ -5,9 +5,11 @@ Theory of operation
 -------------------
 ``OverlayConfig.probe`` and ``OverlayConfig.delivery`` name how events travel; every peer of an
 overlay agrees on them. ``make_prober`` and ``make_notifier`` turn the names into strategy
-objects when a ``PubSubNode`` is built, and the node keeps their bound methods as its
-``_probe_out`` and ``_notify``: the choice costs nothing per event (no comparison of mode names
-on the way of a probe or a notification).
+objects when a ``PubSubNode`` is built, and its parts keep their bound methods (the publisher's
+and the host's ``_probe_out``, the host's ``_forward_out`` and ``_notify``): the choice costs
+nothing per event (no comparison of mode names on the way of a probe or a notification). A
+strategy works for the node's tree host (``pubsub.host``): it routes and sends through it, and
+hands it what is for this peer.
 
 Probes (RndRegionProbe's targets: tree nodes of one event's schema):
 
@@ -45,7 +47,7 @@ from rangecast.dht.wire import Handle
 from rangecast.multicast.lbdd import build_tree
 from rangecast.multicast.prefix import MAX_HOPS as MULTICAST_MAX_HOPS
 from rangecast.multicast.prefix import split as split_keys
-from rangecast.pubsub.base import NodeBase
+from rangecast.pubsub.host import TreeHost
 from rangecast.pubsub.messages import (
     DeliveryMulticast,
     Event,
@@ -59,7 +61,7 @@ from rangecast.pubsub.messages import (
     Relay,
     StoredSub,
 )
-from rangecast.pubsub.space import MAX_DEPTH, TreeId
+from rangecast.pubsub.space import MAX_DEPTH, tree_id
 
 log = logging.getLogger("rangecast.pubsub")
 
@@ -72,7 +74,7 @@ class _Strategy:
 
     __slots__ = ("node",)
 
-    def __init__(self, node: NodeBase) -> None:
+    def __init__(self, node: TreeHost) -> None:
         self.node = node
 
 
@@ -88,7 +90,7 @@ class UnicastProbes(_Strategy):
         node = self.node
         schema = event.schema
         for t in targets:
-            tid = TreeId(t.attr, t.depth, t.path)
+            tid = tree_id(t.attr, t.depth, t.path)
             ref = Ref(schema, t.attr, t.depth, t.path)
             pp = ProbePub(event, ref, t.scope_depth, t.scope_path, t.via_lrt, t.jumps)
             node._route(schema, tid, pp, now)
@@ -102,7 +104,7 @@ class MulticastProbes(_Strategy):
     def out(self, event: Event, targets: list[ProbeTarget], hops: int, now: float) -> None:
         node = self.node
         schema = event.schema
-        keys = [node._key(schema, TreeId(t.attr, t.depth, t.path)) for t in targets]
+        keys = [node._key(schema, tree_id(t.attr, t.depth, t.path)) for t in targets]
         plan = split_keys(node.dht, keys)
         for group in plan.groups:
             batch = [targets[i] for i in group.members]
@@ -124,13 +126,13 @@ PROBES: dict[str, type[UnicastProbes] | type[MulticastProbes]] = {
 }
 
 
-def make_prober(mode: str, node: NodeBase) -> UnicastProbes | MulticastProbes:
+def make_prober(mode: str, node: TreeHost) -> UnicastProbes | MulticastProbes:
     """The probe strategy ``mode`` names (``OverlayConfig.probe``, validated there)."""
     return PROBES[mode](node)
 
 
 def on_probe_multicast(
-    node: NodeBase, msg: ProbePubMulticast, sender: Handle | None, now: float
+    node: TreeHost, msg: ProbePubMulticast, sender: Handle | None, now: float
 ) -> None:
     """Serve the targets this peer is root of and send the rest on, regrouped."""
     event = msg.event
@@ -191,7 +193,7 @@ class MulticastNotifier(_Strategy):
 
 
 def notify_multicast(
-    node: NodeBase, event: Event, notes: list[Notify], hops: int, now: float
+    node: TreeHost, event: Event, notes: list[Notify], hops: int, now: float
 ) -> None:
     """Group ``notes`` per next hop towards their subscribers' ids; deliver our own."""
     space = node.dht.space
@@ -208,7 +210,7 @@ def notify_multicast(
 
 
 def on_delivery_multicast(
-    node: NodeBase, msg: DeliveryMulticast, sender: Handle | None, now: float
+    node: TreeHost, msg: DeliveryMulticast, sender: Handle | None, now: float
 ) -> None:
     if msg.hops >= MULTICAST_MAX_HOPS:
         node.stats.drop("multicast hop budget exhausted")
@@ -225,7 +227,7 @@ class LbddNotifier(_Strategy):
 
     __slots__ = ("min_subscribers",)
 
-    def __init__(self, node: NodeBase) -> None:
+    def __init__(self, node: TreeHost) -> None:
         super().__init__(node)
         self.min_subscribers = node.cfg.lbdd_min_subscribers
 
@@ -259,7 +261,7 @@ class LbddNotifier(_Strategy):
             node._send(owner, LbddDelivery(event, relays[child].sids, listed), now)
 
 
-def on_lbdd_delivery(node: NodeBase, msg: LbddDelivery, sender: Handle | None, now: float) -> None:
+def on_lbdd_delivery(node: TreeHost, msg: LbddDelivery, sender: Handle | None, now: float) -> None:
     """Take our notification and pass the event on to our children, each with its own
     subtree. Parents are listed before their children, so one pass finds every entry's
     top-level ancestor and a malformed list cannot make a cycle."""
@@ -299,6 +301,6 @@ NOTIFIERS: dict[str, type[Notifier]] = {
 }
 
 
-def make_notifier(mode: str, node: NodeBase) -> Notifier:
+def make_notifier(mode: str, node: TreeHost) -> Notifier:
     """The notification strategy ``mode`` names (``OverlayConfig.delivery``, validated there)."""
     return NOTIFIERS[mode](node)

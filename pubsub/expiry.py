@@ -42,6 +42,7 @@ sweep.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from rangecast.pubsub.base import T_EXPIRE, NodeBase, NodeKey
@@ -113,10 +114,19 @@ class ExpiryQueue:
 class Expiry(NodeBase):
     """The expiry part of ``PubSubNode``."""
 
+    __slots__ = ("_expiry", "_orphan_since", "_replicate_op")
+
     #: When each piece at a primary was last refreshed; None while expiry is off.
     _expiry: ExpiryQueue | None
     #: Replica copies held outside their replica set (by our view), since when.
     _orphan_since: dict[NodeKey, float]
+    # Given by the node (``pubsub.base``): replication's, for the pieces it removes.
+    _replicate_op: Callable[[NodeKey, int, StoredSub, float], None]
+
+    def __init__(self, shared: NodeBase) -> None:
+        NodeBase.__init__(self, shared)
+        self._expiry = ExpiryQueue(self.cfg.expire_after_s) if self._expiring else None
+        self._orphan_since = {}
 
     def _touch(self, key: NodeKey, s: StoredSub, now: float) -> None:
         """A primary leaf stored or was re-sent piece ``s``."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 from rangecast.dht.errors import RemoteProtocolError
@@ -45,6 +46,7 @@ from rangecast.pubsub.events import PieceStored
 from rangecast.pubsub.messages import (
     OP_INSERT,
     OP_REMOVE,
+    Event,
     InstallAck,
     LeafUpdate,
     ProbePub,
@@ -54,14 +56,58 @@ from rangecast.pubsub.messages import (
     StoredSub,
     TransferSub,
 )
-from rangecast.pubsub.space import AttributeSpace, TreeId
+from rangecast.pubsub.space import AttributeSpace, TreeId, tree_id
 from rangecast.pubsub.tree import TreeNode, piece_bytes
 
 log = logging.getLogger("rangecast.pubsub")
 
 
 class TreeHost(NodeBase):
-    """The tree-host part of ``PubSubNode``."""
+    """The tree-host part of ``PubSubNode``. A variant of the split rule subclasses it
+    (``split_due``, ``split_side``) and names the subclass in ``PubSubNode.host_class``."""
+
+    __slots__ = (
+        "_forget",
+        "_forward_out",
+        "_notify",
+        "_on_delivery",
+        "_probe_out",
+        "_promote",
+        "_ready_at",
+        "_replicate_op",
+        "_replicate_state",
+        "_sync_replicas",
+        "_touch",
+        "_touch_node",
+    )
+
+    #: When the DHT node became ready after joining (``joined``): until ``handoff_wait_s``
+    #: later, probes for nodes not here yet wait for the previous root's hand-off.
+    _ready_at: float
+    # Given by the node (``pubsub.base``): the probe and notification strategies' bound
+    # methods (``_forward_out``: how an internal node sends probes on to its table's leaves,
+    # ``OverlayConfig.forward``; ``_probe_out`` and ``_on_delivery`` for the strategies'
+    # receiving side, which runs here), and replication's and expiry's.
+    _forward_out: Callable[[Event, list[ProbeTarget], int, float], None]
+    _probe_out: Callable[[Event, list[ProbeTarget], int, float], None]
+    _notify: Callable[[Event, dict[bytes, list[StoredSub]], float], None]
+    _on_delivery: Callable[[Any, Handle | None, float], None]
+    _promote: Callable[[NodeKey, float], TreeNode]
+    _sync_replicas: Callable[[NodeKey, TreeNode, float], None]
+    _replicate_state: Callable[[NodeKey, TreeNode, float], None]
+    _replicate_op: Callable[[NodeKey, int, StoredSub, float], None]
+    _touch: Callable[[NodeKey, StoredSub, float], None]
+    _touch_node: Callable[[NodeKey, TreeNode, float], None]
+    _forget: Callable[[NodeKey, StoredSub], None]
+
+    def __init__(self, shared: NodeBase) -> None:
+        NodeBase.__init__(self, shared)
+        self._ready_at = -math.inf
+
+    def joined(self, now: float) -> None:
+        """The DHT node is ready, having joined: keys it is now root of are on their way from
+        their old root."""
+        self._ready_at = now
 
     # ------------------------------------------------------------------ subscription pieces
 
@@ -207,7 +253,7 @@ class TreeHost(NodeBase):
         values = event.values
         if msg.scope_depth < tid.depth:
             raise RemoteProtocolError("probe scope above its target")
-        scope = TreeId(tid.attr, msg.scope_depth, msg.scope_path)
+        scope = tree_id(tid.attr, msg.scope_depth, msg.scope_path)
         if not tid.is_ancestor_of(scope):
             raise RemoteProtocolError("probe scope outside its target")
         node = self._node_for(msg, space, tid, now)
@@ -253,7 +299,7 @@ class TreeHost(NodeBase):
         if node is not None:
             return node
         if key in self.replicas:
-            if self.dht.next_hop(self._key(*key)) is None:
+            if self.dht.next_hop(self._key(key[0], key[1])) is None:
                 return self._promote(key, now)
             # Routed here on stale state while the primary lives on: send it on to the root.
             self._forward_to_root(msg, now)
@@ -320,7 +366,7 @@ class TreeHost(NodeBase):
                 msg.via_lrt
                 and self.dht.cfg.keepalive_s != math.inf
                 and key not in self.nodes
-                and self.dht.next_hop(self._key(*key)) is None
+                and self.dht.next_hop(self._key(key[0], key[1])) is None
             ):
                 # A parent's table names this leaf, we are its root, and no copy arrived:
                 # it died with its whole replica set. Recreate it empty; its subscribers'

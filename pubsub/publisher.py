@@ -17,7 +17,7 @@ on it fails, so no subscription with one can match.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.pubsub.base import NodeBase
@@ -27,6 +27,12 @@ from rangecast.pubsub.space import AttributeSpace, TreeId, zone_overlaps
 
 class Publisher(NodeBase):
     """The publisher part of ``PubSubNode``."""
+
+    __slots__ = ("_probe_out",)
+
+    # Given by the node (``pubsub.base``): how the probes of an event go out
+    # (``OverlayConfig.probe``), the bound method of the strategy it chose.
+    _probe_out: Callable[[Event, list[ProbeTarget], int, float], None]
 
     def publish(self, schema_name: str, values: Sequence[float | None], now: float) -> int:
         """Publish an event (one value per schema attribute, None where absent); returns its

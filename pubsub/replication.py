@@ -35,6 +35,7 @@ previous root is handing them over.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from rangecast.dht.routing import Peer
@@ -59,16 +60,26 @@ INTERNAL_REPLICAS = 9
 class Replication(NodeBase):
     """The replication part of ``PubSubNode``."""
 
+    __slots__ = ("_held_from", "_on_probe_sub", "_replica_of", "_touch", "_touch_node", "_unpark")
+
     #: For each tree node hosted here: the peers currently holding its replicas.
     _replica_of: dict[NodeKey, dict[int, Peer]]
     #: With spread replica sets: for each copy held here, the id of the primary it came from.
     _held_from: dict[NodeKey, int]
+    # Given by the node (``pubsub.base``): the host's and expiry's methods it calls.
+    _on_probe_sub: Callable[[ProbeSub, Handle | None, float], None]
+    _unpark: Callable[[NodeKey, float], None]
+    _touch: Callable[[NodeKey, StoredSub, float], None]
+    _touch_node: Callable[[NodeKey, TreeNode, float], None]
+
+    def __init__(self, shared: NodeBase) -> None:
+        NodeBase.__init__(self, shared)
+        self._replica_of = {}
+        self._held_from = {}
 
     # ---------------------------------------------------------------------- DHT upcalls
 
     def ready(self, now: float) -> None:
-        if self.dht.by_join:
-            self._ready_at = now  # keys we are now root of are on their way from their old root
         # Without keep-alives the DHT detects no failures, and the leaf set changes only
         # through joins, which the update upcall reports: no periodic check is needed (and an
         # endless timer would keep a failure-free simulation from ever going quiet). The

@@ -36,6 +36,10 @@ from rangecast.dht.errors import LocalProtocolError
 MAX_DEPTH = 60
 
 
+#: ``tuple.__new__``: a ``TreeId`` built in C (``tree_id``).
+_new_tuple = tuple.__new__
+
+
 class TreeId(NamedTuple):
     """A node of one attribute's 2d-tree.
 
@@ -47,17 +51,17 @@ class TreeId(NamedTuple):
     path: int
 
     def child(self, bit: int) -> TreeId:
-        return TreeId(self.attr, self.depth + 1, (self.path << 1) | bit)
+        return tree_id(self.attr, self.depth + 1, (self.path << 1) | bit)
 
     def parent(self) -> TreeId:
         if self.depth == 0:
             raise LocalProtocolError("the root has no parent")
-        return TreeId(self.attr, self.depth - 1, self.path >> 1)
+        return tree_id(self.attr, self.depth - 1, self.path >> 1)
 
     def ancestor(self, depth: int) -> TreeId:
         if not 0 <= depth <= self.depth:
             raise LocalProtocolError(f"no ancestor at depth {depth} of a depth-{self.depth} node")
-        return TreeId(self.attr, depth, self.path >> (self.depth - depth))
+        return tree_id(self.attr, depth, self.path >> (self.depth - depth))
 
     def is_ancestor_of(self, other: TreeId) -> bool:
         """True when ``other`` is this node or lies below it."""
@@ -72,6 +76,14 @@ class TreeId(NamedTuple):
 
     def __repr__(self) -> str:
         return f"TreeId({self.attr}:{self.bits() or 'root'})"
+
+
+def tree_id(attr: int, depth: int, path: int) -> TreeId:
+    """``TreeId(attr, depth, path)``, the same tuple, built in C: a named tuple's own
+    ``__new__`` is generated Python code, which a compiled caller (docs/simulator.md, "Two
+    speeds") would otherwise run for every tree id it builds on a probe's way."""
+    tid: TreeId = _new_tuple(TreeId, (attr, depth, path))
+    return tid
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +164,7 @@ class AttributeSpace:
 
     @property
     def root(self) -> TreeId:
-        return TreeId(self.index, 0, 0)
+        return tree_id(self.index, 0, 0)
 
     def identifier(self, tid: TreeId) -> str:
         return self.key_prefix + tid.bits()

@@ -34,6 +34,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+try:
+    import cython
+except ImportError:  # interpreted, without Cython installed
+    from rangecast import _nocython as cython  # type: ignore[no-redef]
+
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.wire import Handle
 from rangecast.pubsub.base import T_REFRESH, NodeBase
@@ -76,11 +81,20 @@ class MySubscription:
 class Subscriber(NodeBase):
     """The subscriber part of ``PubSubNode``."""
 
+    __slots__ = ("_got", "_got_prune_at", "_next_sid", "_subs")
+
     _subs: dict[int, MySubscription]
     _next_sid: int
     #: (sid, eid) of recent notifications, to drop repeats.
     _got: dict[tuple[int, int], float]
     _got_prune_at: float
+
+    def __init__(self, shared: NodeBase) -> None:
+        NodeBase.__init__(self, shared)
+        self._subs = {}
+        self._next_sid = 1
+        self._got = {}
+        self._got_prune_at = 0.0
 
     # ------------------------------------------------------------------------------ API calls
 
@@ -246,6 +260,7 @@ class Subscriber(NodeBase):
 
     # -------------------------------------------------------------------------- notifications
 
+    @cython.locals(got=dict, subs=dict, fresh=list)
     def _on_delivery(self, msg: EventDelivery, sender: Handle | None, now: float) -> None:
         # At most one notification per subscription per event: an event in flight while a
         # subscription is modified can match its old generation at one leaf and its new one at
@@ -259,11 +274,13 @@ class Subscriber(NodeBase):
                 # Removed (or never ours): a leaf still holds an orphan piece of it, e.g. one a
                 # refresh stored again while the removal was on its way. Not the application's.
                 self.stats.stale_deliveries += 1
-            elif (sid, eid) in got:
-                self.stats.repeated_deliveries += 1
             else:
-                got[(sid, eid)] = now
-                fresh.append(sid)
+                key = (sid, eid)
+                if key in got:
+                    self.stats.repeated_deliveries += 1
+                else:
+                    got[key] = now
+                    fresh.append(sid)
         if now >= self._got_prune_at:
             # Forget notifications older than the window, on a clock rather than a count: a
             # peer that hears of few events (most of them, in a large swarm) would otherwise

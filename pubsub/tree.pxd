@@ -8,8 +8,21 @@ cdef class LeafIndex:
     cdef public object _entries, bytes
     cdef public dict _by_owner, bytes_of
     cdef public _Masks _masks
-    @cython.locals(masks=_Masks)
+    cdef public _Flat _flat
+    @cython.locals(masks=_Masks, flat=_Flat)
     cpdef match(self, values, attr, cutoff, strict)
+
+cdef class _Flat:
+    cdef public list entries
+    cdef double[:] xs, ys, los, his
+    cdef long[:] first, attrs, flags
+    cdef signed char[:] pieced
+    @cython.locals(vals=list, n=Py_ssize_t, k=Py_ssize_t, j=Py_ssize_t, a=Py_ssize_t,
+                   f=long, has_v=bint, has_cut=bint, v=double, cut=double, x=double, y=double,
+                   w=double, lo=double, hi=double, ok=bint, out=list, entries=list,
+                   xs=double[:], ys=double[:], los=double[:], his=double[:],
+                   first=long[:], attrs=long[:], flags=long[:], pieced="signed char[:]")
+    cpdef list match(self, values, attr, cutoff, strict)
 
 cdef class _Bounds:
     cdef public list bounds, fail

@@ -4,6 +4,8 @@
 
 cimport cython
 
+from rangecast.sim.latency cimport Delays
+
 cdef struct Entry:
     # Ordered by (t, seq): the sequence number breaks ties in insertion order.
     double t
@@ -51,6 +53,6 @@ cdef class Simulator:
     @cython.locals(cap=Py_ssize_t, slot=Py_ssize_t, heap=VoidPtr, free=VoidPtr)
     cdef int _grow(self) except -1
     @cython.locals(top=Entry, t=double, limit=double, kind=int, i=Py_ssize_t,
-                   countdown=long, check_every=long, obj=object,
+                   countdown=long, check_every=long, obj=object, now=object,
                    stats=NetStats)
     cpdef run(self, until=*)

@@ -46,7 +46,7 @@ except ImportError:  # interpreted, without Cython installed
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.messages import CARRIERS
 from rangecast.dht.wire import Codec, Message, payload_tag
-from rangecast.sim.latency import LatencyModel
+from rangecast.sim.latency import Delays, LatencyModel
 
 if cython.compiled:  # the event heap's memory (see Simulator._grow)
     from cython.cimports.cpython.mem import PyMem_Free, PyMem_Realloc
@@ -459,7 +459,7 @@ class Simulator:
                     self._free[self._nfree] = top.slot
                     self._nfree += 1
                     if kind == _MSG:
-                        a, b = top.src, obj
+                        a, b = addrs[top.src], obj
                     else:
                         a, b = obj
             else:
@@ -469,11 +469,16 @@ class Simulator:
                     self.now = until
                     return
                 t, _, kind, i, a, b = pop(q)
-            self.now = t
+                if kind == _MSG:
+                    a = addrs[a]  # the sender's address
+            # One float object for the event's time, the engine's clock and the core's input
+            # (compiled, ``t`` is a C double: each use as an object would box it anew).
+            now: Any = t
+            self.now = now
             if kind == _MSG:
                 if alive[i]:
                     received[i] += 1
-                    cores[i].receive(b, addrs[a], t)  # type: ignore[union-attr]
+                    cores[i].receive(b, a, now)  # type: ignore[union-attr]
                     flush(i)
                 else:
                     stats.to_dead += 1
@@ -481,7 +486,7 @@ class Simulator:
                 if armed[i] != t or not alive[i]:
                     continue
                 armed[i] = _INF
-                cores[i].handle_timer(t)  # type: ignore[union-attr]
+                cores[i].handle_timer(now)  # type: ignore[union-attr]
                 flush(i)
             else:
                 a(*b)
@@ -518,7 +523,7 @@ class Simulator:
             fn = self._flush_fn = self._make_flush()
         return fn
 
-    @cython.locals(stats=NetStats)
+    @cython.locals(stats=NetStats, delays=Delays)
     def _make_flush(self) -> Callable[[int], None]:
         """The flush of one node (see the module docstring), as a closure over everything that
         stays fixed while the loop runs: it runs after every input, so every attribute it needs
@@ -529,7 +534,7 @@ class Simulator:
         sent_messages = stats.sent_messages
         sent_bytes = stats.sent_bytes
         index_of = self.index_of
-        one_way = self.latency.one_way_ms
+        delays = self.latency.delays()
         encode = self._encode
         type_counts = self._type_counts
         new_count = self._new_count
@@ -609,7 +614,7 @@ class Simulator:
                         if log is not None:
                             log(now, i, dst, tc.name, size, msg, True, 0.0)
                         continue
-                    d = one_way(i, dst)
+                    d = delays.one_way_ms(i, dst)
                     delay += d
                     if log is not None:
                         log(now, i, dst, tc.name, size, msg, False, d)

@@ -69,6 +69,11 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, Self
 
+try:
+    import cython
+except ImportError:  # interpreted, without Cython installed
+    from rangecast import _nocython as cython  # type: ignore[no-redef]
+
 from rangecast.dht.errors import RangecastError
 
 __all__ = [
@@ -94,6 +99,59 @@ DEFAULT_SAME_HOST_MS = 0.25
 
 class LatencyModelError(RangecastError, ValueError):
     """A latency model spec, matrix file or parameter is invalid."""
+
+
+class Delays:
+    """The one-way delays of a model's placed nodes, for the engine, which asks for one per
+    simulated message: ``rows[site[a]][site[b]]``, plus ``access[a] + access[b]`` where the model
+    has per-node access delays, and 0.0 from a node to itself, computed as the model's own
+    ``one_way_ms`` computes them (the same doubles, bit for bit). Compiled (docs/simulator.md,
+    "Two speeds") it reads the arrays in C; ``site`` and ``access`` may grow meanwhile (nodes
+    placed later), as it holds the arrays, not their buffers.
+
+    A model without that form gives ``Delays(model=...)``, which asks the model."""
+
+    __slots__ = ("access", "model", "rows", "site")
+
+    def __init__(
+        self,
+        site: array[int] | None = None,
+        rows: list[array[float]] | None = None,
+        access: array[float] | None = None,
+        model: LatencyModel | None = None,
+    ) -> None:
+        if (site is None or rows is None) and model is None:
+            raise ValueError("Delays needs a site array and its rows, or a model")
+        if site is not None and site.typecode != "l":
+            raise ValueError("Delays: site must be an array('l')")
+        if access is not None and access.typecode != "d":
+            raise ValueError("Delays: access must be an array('d')")
+        self.site = site
+        self.rows = rows
+        self.access = access
+        self.model = model
+
+    def one_way_ms(self, a: int, b: int) -> float:
+        if a == b:
+            return 0.0
+        site = self.site
+        rows = self.rows
+        if site is None or rows is None:
+            assert self.model is not None
+            return self.model.one_way_ms(a, b)
+        if cython.compiled:
+            n = len(site)
+            if 0 <= a < n and 0 <= b < n:
+                row = rows[site.data.as_longs[a]]  # type: ignore[attr-defined]
+                d = row.data.as_doubles[site.data.as_longs[b]]  # type: ignore[attr-defined]
+                access = self.access
+                if access is None:
+                    return d  # type: ignore[no-any-return]
+                return d + (access.data.as_doubles[a] + access.data.as_doubles[b])  # type: ignore[attr-defined,no-any-return]
+        d = rows[site[a]][site[b]]
+        if self.access is None:
+            return d
+        return d + (self.access[a] + self.access[b])
 
 
 class LatencyModel(ABC):
@@ -146,6 +204,11 @@ class LatencyModel(ABC):
             if d < best_d:
                 best, best_d = c, d
         return best
+
+    def delays(self) -> Delays:
+        """The engine's view of ``one_way_ms`` (``Delays``): a model whose delays are a table
+        between sites (plus per-node access delays) gives the table itself."""
+        return Delays(model=self)
 
     def nearest_terms(
         self,
@@ -391,6 +454,9 @@ class MatrixLatency(LatencyModel):
                 best, best_d = c, d
         return best
 
+    def delays(self) -> Delays:
+        return Delays(self._host, self._one_way)
+
     def nearest_terms(self) -> tuple[Sequence[int], list[array[float]], None]:
         return self._host, self._one_way, None
 
@@ -594,6 +660,9 @@ class SyntheticLatency(LatencyModel):
             if d < best_d:
                 best, best_d = c, d
         return best
+
+    def delays(self) -> Delays:
+        return Delays(self._site, self._core, self._access)
 
     def nearest_terms(self) -> tuple[Sequence[int], list[array[float]], Sequence[float]]:
         # access[a] is common to every candidate, as in ``nearest``.

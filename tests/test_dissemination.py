@@ -80,17 +80,19 @@ def test_the_strategies_are_chosen_once_when_the_node_is_built(
 ) -> None:
     _, ov = _node(OverlayConfig(probe=probe, delivery=delivery))
     assert type(ov._prober) is prober and type(ov._notifier) is notifier
-    assert ov._probe_out.__self__ is ov._prober  # type: ignore[attr-defined]
-    assert ov._notify.__self__ is ov._notifier  # type: ignore[attr-defined]
+    # The parts that send keep the strategies' bound methods.
+    assert ov.publisher._probe_out.__self__ is ov._prober  # type: ignore[attr-defined]
+    assert ov.host._probe_out.__self__ is ov._prober  # type: ignore[attr-defined]
+    assert ov.host._notify.__self__ is ov._notifier  # type: ignore[attr-defined]
     # The configuration is not read again per event: the node keeps what it chose.
     ov.cfg = dataclasses.replace(ov.cfg, probe="multicast", delivery="multicast")
-    assert type(ov._prober) is prober and ov._probe_out.__self__ is ov._prober  # type: ignore[attr-defined]
+    assert type(ov._prober) is prober and ov.publisher._probe_out.__self__ is ov._prober  # type: ignore[attr-defined]
 
 
 def test_unicast_sends_one_event_delivery_per_subscriber() -> None:
     dht, ov = _node(OverlayConfig(), neighbours=6)
     event = Event(7, THESIS_SCHEMA.name, [0.5] * len(THESIS_SCHEMA.attributes))
-    ov._notify(event, _matches(dht, 6), 1.0)
+    ov.host._notify(event, _matches(dht, 6), 1.0)
     sent = _sent(dht)
     assert len(sent) == 6 and all(isinstance(m, EventDelivery) for _, m in sent)
     assert len({addr for addr, _ in sent}) == 6
@@ -99,10 +101,10 @@ def test_unicast_sends_one_event_delivery_per_subscriber() -> None:
 def test_lbdd_relays_from_enough_subscribers_and_sends_directly_below() -> None:
     dht, ov = _node(OverlayConfig(delivery="lbdd", lbdd_min_subscribers=4), neighbours=8)
     event = Event(7, THESIS_SCHEMA.name, [0.5] * len(THESIS_SCHEMA.attributes))
-    ov._notify(event, _matches(dht, 3), 1.0)
+    ov.host._notify(event, _matches(dht, 3), 1.0)
     few = _sent(dht)
     assert len(few) == 3 and all(isinstance(m, EventDelivery) for _, m in few)
-    ov._notify(event, _matches(dht, 8), 1.0)
+    ov.host._notify(event, _matches(dht, 8), 1.0)
     relayed = _sent(dht)
     assert relayed and all(isinstance(m, LbddDelivery) for _, m in relayed)
     assert len(relayed) < 8  # the leaf sends to the tree's top only
@@ -117,10 +119,10 @@ def test_lbdd_relays_from_enough_subscribers_and_sends_directly_below() -> None:
 def test_multicast_groups_several_subscribers_per_next_hop() -> None:
     dht, ov = _node(OverlayConfig(delivery="multicast"), neighbours=5)
     event = Event(7, THESIS_SCHEMA.name, [0.5] * len(THESIS_SCHEMA.attributes))
-    ov._notify(event, _matches(dht, 1), 1.0)
+    ov.host._notify(event, _matches(dht, 1), 1.0)
     one = _sent(dht)
     assert len(one) == 1 and isinstance(one[0][1], EventDelivery)
-    ov._notify(event, _matches(dht, 5), 1.0)
+    ov.host._notify(event, _matches(dht, 5), 1.0)
     grouped = _sent(dht)
     assert grouped and all(isinstance(m, DeliveryMulticast) for _, m in grouped)
     notes = [n.subscriber.addr for _, m in grouped for n in m.targets]  # type: ignore[attr-defined]

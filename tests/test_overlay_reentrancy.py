@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import random
 
+from rangecast.dht.core import Application
 from rangecast.dht.node import PastryConfig, PastryNode
-from rangecast.dht.wire import codec_for
+from rangecast.dht.routing import Peer
+from rangecast.dht.wire import Handle, codec_for
 from rangecast.pubsub.messages import OP_INSERT, Pred, ProbeSub, Ref, StoredSub
 from rangecast.pubsub.node import PubSubNode
 from rangecast.pubsub.peer import OverlayPeer
@@ -55,7 +57,8 @@ def test_reconcile_survives_promotions_made_by_the_probes_it_releases() -> None:
     probe = ProbeSub(OP_INSERT, Ref(schema, 0, root.depth, root.path), True, 0, piece)
     ov._parked[(schema, root)] = [(probe, 10.0)]
 
-    ov._reconcile(1.0)  # the leaf-set change (an ack timeout declared the primary failed)
+    # The leaf-set change (an ack timeout declared the primary failed).
+    ov.replication._reconcile(1.0)
 
     assert not ov.replicas
     assert set(ov.nodes) == {(schema, root), (schema, child)}
@@ -80,15 +83,20 @@ def test_an_install_whose_probe_was_lost_and_then_abandoned_leaves_no_piece() ->
     ov = PubSubNode(dht, registry, capacity=100, rng=rng, config=OverlayConfig(load_balancing=True))
     dht.start_alone(0.0)
     lost: list[object] = []
-    route = ov._route
 
-    def lossy(schema: str, tid: object, msg: object, now: float) -> None:
-        if isinstance(msg, _Probe) and not lost:
-            lost.append(msg)  # the first probe never arrives
-            return
-        route(schema, tid, msg, now)  # type: ignore[arg-type]
+    class Lossy(Application):
+        """Between the DHT node and the overlay: the first probe never arrives."""
 
-    ov._route = lossy  # type: ignore[method-assign]
+        def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
+            if not lost and isinstance(msg := dht.codec.decode(payload), _Probe):
+                lost.append(msg)
+                return
+            ov.deliver(key, payload, origin, hops, now)
+
+        def receive_direct(self, payload: bytes, sender: Handle, now: float) -> None:
+            ov.receive_direct(payload, sender, now)
+
+    dht.app = Lossy()
     a = THESIS_SCHEMA.attributes[0]
     wide = f"{a.name} between {a.min} and {a.max}"  # wider than the cut-off: several pieces
     sid = ov.subscribe(parse_subscription(wide, THESIS_SCHEMA), 0.0)

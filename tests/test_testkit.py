@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from rangecast.pubsub.host import TreeHost
 from rangecast.pubsub.messages import StoredSub
 from rangecast.pubsub.node import PubSubNode
 from rangecast.pubsub.schema import THESIS_SCHEMA
@@ -63,7 +64,7 @@ def test_a_settled_overlay_is_clean_and_planted_faults_are_named() -> None:
 # --------------------------------------------------------------- the worked example (docs)
 
 
-class EagerSplit(PubSubNode):
+class EagerSplit(TreeHost):
     """A split rule: a leaf splits once it holds more than half its capacity."""
 
     def split_due(self, node: object) -> bool:
@@ -84,13 +85,21 @@ class EagerSplitBuggy(EagerSplit):
         return 1 if piece.x >= (space.zone(tid).x_lo + space.zone(tid).x_hi) / 2 else 0
 
 
+class EagerNode(PubSubNode):
+    host_class = EagerSplit
+
+
+class BuggyNode(PubSubNode):
+    host_class = EagerSplitBuggy
+
+
 class EagerMachine(OverlayMachine):
-    node_class = EagerSplit
+    node_class = EagerNode
     capacity = (4, 4)
 
 
 class BuggyMachine(EagerMachine):
-    node_class = EagerSplitBuggy
+    node_class = BuggyNode
 
 
 _FAST = settings(
