@@ -70,8 +70,11 @@ IDLE, JOINING, READY, FAILED, LEFT = (
 class Application:
     """Upcalls of the common KBR API. Subclass and override what you need."""
 
-    def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
-        """``payload`` routed to ``key`` arrived at its root (this node)."""
+    def deliver(self, key: int, payload: bytes, origin: Handle, hops: int, now: float) -> None:
+        """``payload`` routed to ``key`` arrived at its root (this node). ``origin``: the
+        handle of the node that routed it, as sent (its id's length checked; ``Peer.from_handle``
+        makes a ``Peer`` of it for those that need one: most applications do not, and a peer
+        delivers a routed message on every one of its events' probes)."""
 
     def forward(self, key: int, payload: bytes, next_hop: Peer, now: float) -> bytes | None:
         """Called before forwarding; return the (possibly changed) payload, or None to stop."""
@@ -172,8 +175,10 @@ class DhtCore:
         "_avoiding",
         "_e2e",
         "_graveyard",
+        "_hop_acks",
         "_join_attempts",
         "_join_contact",
+        "_nbytes",
         "_out",
         "_pending",
         "_suspects",
@@ -212,6 +217,10 @@ class DhtCore:
         self.cfg = cfg
         self.space: IdSpace = cfg.space
         self.space.check(ident)
+        # Read on every routed hop and direct message (compiled: C fields). The configuration
+        # is fixed for the node's life.
+        self._nbytes = self.space.nbytes
+        self._hop_acks = cfg.hop_acks
         if not isinstance(addr, bytes) or not 0 < len(addr) <= 64:
             raise LocalProtocolError(f"address must be 1-64 bytes, got {addr!r}")
         if not isinstance(rng, random.Random):
@@ -446,6 +455,13 @@ class DhtCore:
         deadline = now + cfg.ack_floor_s + cfg.ack_rtt_factor * cfg.e2e_rtt_s
         self._timers.push(deadline, T_DIRECT, uid)
 
+    def send_to_end(self, addr: bytes, payload: bytes) -> None:
+        """``send_direct(peer, payload, now)`` of a message whose receiver is its end (no
+        ``confirm``), by the receiver's address alone: a leaf notifies its subscribers from the
+        handles it stores, and would otherwise make a ``Peer`` (its id as an int) of each one
+        for nothing."""
+        self._out.append((addr, Direct(self.me.handle, payload)))
+
     # -------------------------------------------------------------------- routed hops, acked
 
     def _send_route(
@@ -467,12 +483,15 @@ class DhtCore:
             self._e2e_sent(msg, key, nh, now, reroutes)
 
     def _on_route(self, msg: Route, src: bytes, now: float) -> None:
-        key = self.space.from_bytes(msg.key)
+        raw = msg.key
+        if len(raw) != self._nbytes:
+            raise RemoteProtocolError(f"id of {len(raw)} bytes, expected {self._nbytes}")
+        key = int.from_bytes(raw, "big")
         # Validate everything from the wire now: a re-route after an ack timeout must not be
         # the first to find the origin malformed.
-        if len(msg.origin.id) != self.space.nbytes:
+        if len(msg.origin.id) != self._nbytes:
             raise RemoteProtocolError(f"origin id of {len(msg.origin.id)} bytes")
-        if self.cfg.hop_acks:
+        if self._hop_acks:
             self._out.append((src, HopAck(msg.uid)))
         if self.state is not READY:
             self.stats.drop("route before ready")
@@ -847,7 +866,7 @@ class DhtCore:
 
     def _on_direct(self, msg: Direct | AckedDirect, src: bytes, now: float) -> None:
         sender = msg.sender
-        if len(sender.id) != self.space.nbytes:
+        if len(sender.id) != self._nbytes:
             raise RemoteProtocolError(f"sender id of {len(sender.id)} bytes")
         if type(msg) is AckedDirect:
             # Taken, before the application judges it: a refusal is an answer, not a loss.

@@ -417,7 +417,7 @@ class KademliaNode(DhtCore):
         nh = self.table.nearest(key)
         if nh is None:
             self.stats.delivered += 1
-            self.app.deliver(key, payload, self.me, 0, now)
+            self.app.deliver(key, payload, self.me.handle, 0, now)
             return uid
         if self.cfg.lookup == "recursive":
             msg = Route(uid, self.space.to_bytes(key), self.me.handle, 1, payload)
@@ -648,9 +648,7 @@ class KademliaNode(DhtCore):
         nh = self.table.nearest(key)
         if nh is None:
             self.stats.delivered += 1
-            self.app.deliver(
-                key, msg.payload, Peer.from_handle(self.space, msg.origin), msg.hops, now
-            )
+            self.app.deliver(key, msg.payload, msg.origin, msg.hops, now)
             return
         if msg.hops >= 255:
             self.stats.drop("hop limit")

@@ -10,6 +10,8 @@ cdef class PastryNode(DhtCore):
     cdef public object _announced, _dead, _last_heard, _probing, _rounds
     cdef public LeafSet leaves
     cdef public RoutingTable table
+    cdef public Py_ssize_t _bits, _b, _digits, _digit_mask
 
-    @cython.locals(leaves=LeafSet, rows=list, entry=Peer)
+    @cython.locals(leaves=LeafSet, rows=list, entry=Peer, bits=Py_ssize_t, b=Py_ssize_t,
+                   row=Py_ssize_t)
     cpdef _next_hop(self, key, exclude)

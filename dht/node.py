@@ -167,7 +167,11 @@ _T_KEEPALIVE, _T_JOIN = 1, 2
 class PastryNode(DhtCore):
     __slots__ = (
         "_announced",
+        "_b",
+        "_bits",
         "_dead",
+        "_digit_mask",
+        "_digits",
         "_last_heard",
         "_probing",
         "_rounds",
@@ -193,6 +197,10 @@ class PastryNode(DhtCore):
         super().__init__(ident, addr, rng, cfg, proximity, app, NodeStats(), codec)
         self.leaves = LeafSet(self.space, ident, cfg.leaf_set_size // 2)
         self.table = RoutingTable(self.space, ident)
+        # The id space's shape, read on every hop (``_next_hop``): compiled, as C integers.
+        space = self.space
+        self._bits, self._b, self._digits = space.bits, space.b, space.digits
+        self._digit_mask = space.radix - 1
         self._last_heard: dict[int, float] = {}
         self._dead: dict[int, float] = {}
         self._announced: set[int] = set()
@@ -226,7 +234,7 @@ class PastryNode(DhtCore):
         nh = self._next_hop(key, -1)
         if nh is None:
             self.stats.delivered += 1
-            self.app.deliver(key, payload, self.me, 0, now)
+            self.app.deliver(key, payload, self.me.handle, 0, now)
             return uid
         fwd = self.app.forward(key, payload, nh, now)
         if fwd is not None:
@@ -325,14 +333,13 @@ class PastryNode(DhtCore):
         leaves = self.leaves
         if leaves.wraps or leaves.in_range(key):
             return leaves.closest(key, exclude)
-        space = self.space
-        own = self.me.id
-        row = (space.bits - (key ^ own).bit_length()) // space.b
-        if row >= space.digits:
+        bits, b = self._bits, self._b
+        row = (bits - (key ^ self.me.id).bit_length()) // b
+        if row >= self._digits:
             return None
         rows = self.table.rows
         if row < len(rows):
-            entry = rows[row][(key >> (space.bits - space.b * (row + 1))) & (space.radix - 1)]
+            entry = rows[row][(key >> (bits - b * (row + 1))) & self._digit_mask]
             if entry is not None and entry.id != exclude:
                 return entry
         return self._rare_case(key, row, exclude)
@@ -384,8 +391,7 @@ class PastryNode(DhtCore):
         nh = self._next_hop_avoiding(key, avoid) if avoid else self._next_hop(key, -1)
         if nh is None:
             self.stats.delivered += 1
-            origin = Peer.from_handle(self.space, msg.origin)
-            self.app.deliver(key, msg.payload, origin, msg.hops, now)
+            self.app.deliver(key, msg.payload, msg.origin, msg.hops, now)
             return
         if msg.hops >= 255:
             self.stats.drop("hop limit")

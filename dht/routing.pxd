@@ -10,7 +10,7 @@ cdef class Peer:
 cdef class LeafSet:
     cdef public dict _ids
     cdef public list _ring, _ring_peers, left, right
-    cdef public object _left_span, _right_span, half, own, space
+    cdef public object _left_span, _right_span, _size, half, own, space
     cdef public bint wraps
     cpdef in_range(self, key)
     cpdef closest(self, key, exclude=*)

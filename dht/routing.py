@@ -57,6 +57,7 @@ class LeafSet:
         "_right_span",
         "_ring",
         "_ring_peers",
+        "_size",
         "half",
         "left",
         "own",
@@ -67,6 +68,8 @@ class LeafSet:
 
     def __init__(self, space: IdSpace, own: int, half: int) -> None:
         self.space = space
+        #: ``space.size``, read on every hop (``in_range``, ``closest``).
+        self._size = space.size
         self.own = own
         self.half = half
         self.left: list[Peer] = []
@@ -183,13 +186,13 @@ class LeafSet:
         """Is ``key`` between the leftmost and rightmost leaf (so its root is a leaf or us)?"""
         if self.wraps:
             return True
-        size, own = self.space.size, self.own
+        size, own = self._size, self.own
         return (key - own) % size <= self._right_span or (own - key) % size <= self._left_span
 
     def closest(self, key: int, exclude: int = -1) -> Peer | None:
         """The member numerically closest to ``key``, or None when we are closer ourselves.
         Ties go to the smaller id, the same rule as the simulator's oracle."""
-        size = self.space.size
+        size = self._size
         if exclude < 0:
             ring = self._ring
             k = bisect_left(ring, key)

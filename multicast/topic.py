@@ -49,7 +49,7 @@ from rangecast.dht.core import Application, DhtCore
 from rangecast.dht.errors import LocalProtocolError, RemoteProtocolError, WireError
 from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.routing import Peer
-from rangecast.dht.wire import Message, MessageTable
+from rangecast.dht.wire import Handle, Message, MessageTable
 from rangecast.multicast.flows import Sender
 from rangecast.multicast.messages import (
     MAX_SLICE_BYTES,
@@ -174,7 +174,7 @@ class TopicNode(Application):
                 log.debug("%r: dropped bad state from the network: %s", self, exc)
         self._drain(now)
 
-    def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
+    def deliver(self, key: int, payload: bytes, origin: Handle, hops: int, now: float) -> None:
         try:
             msg = self._codec.decode(payload)
         except WireError as exc:
@@ -188,7 +188,7 @@ class TopicNode(Application):
         try:
             if key != topic_key(self.dht, msg.topic):  # type: ignore[attr-defined]
                 raise RemoteProtocolError("routed topic message to the wrong key")
-            handler(msg, origin, now)
+            handler(msg, Peer.from_handle(self.dht.space, origin), now)
         except RemoteProtocolError as exc:
             self.stats.malformed += 1
             log.debug("%r: dropped bad routed %s: %s", self, type(msg).__name__, exc)

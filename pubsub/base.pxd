@@ -11,6 +11,7 @@ cdef class NodeBase:
     cpdef _key(self, schema, tid)
     cpdef _route(self, schema, tid, msg, now)
     cpdef _send(self, peer, msg, now)
+    cpdef _send_end(self, addr, msg)
     cpdef _cutoff(self, space)
     cpdef _space(self, schema, attr)
     cpdef _resolve(self, ref)

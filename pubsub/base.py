@@ -317,6 +317,11 @@ class NodeBase:
     def _send(self, peer: Peer, msg: Message, now: float) -> None:
         self.dht.send_direct(peer, self._codec.encode(msg), now, type(msg) in CUSTODY)
 
+    def _send_end(self, addr: bytes, msg: Message) -> None:
+        """``_send`` of a message whose receiver is its end (not in ``CUSTODY``: it asks no
+        answer), to a transport address (``DhtCore.send_to_end``)."""
+        self.dht.send_to_end(addr, self._codec.encode(msg))
+
     def _cutoff(self, space: AttributeSpace) -> float | None:
         if not self.cfg.load_balancing:
             return None

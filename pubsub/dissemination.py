@@ -158,8 +158,10 @@ def on_probe_multicast(
 # ----------------------------------------------------------------------------- notifications
 
 
-# Each strategy sends its one ``EventDelivery`` per subscriber itself (the same four lines):
-# the unicast send is on the path of every match, where a shared helper would cost a call.
+# Each strategy sends its one ``EventDelivery`` per subscriber itself (the same three lines):
+# the unicast send is on the path of every match, where a shared helper would cost a call. It
+# goes to the address the leaf's pieces are grouped by (``ByOwner``), with no ``Peer`` made of
+# the stored handle: a notification asks no answer (``DhtCore.send_to_end``).
 
 
 class UnicastNotifier(_Strategy):
@@ -169,10 +171,8 @@ class UnicastNotifier(_Strategy):
 
     def notify(self, event: Event, by_owner: ByOwner, now: float) -> None:
         node = self.node
-        space = node.dht.space
-        for group in by_owner.values():
-            owner = Peer.from_handle(space, group[0].subscriber)
-            node._send(owner, EventDelivery(event, [s.sid for s in group]), now)
+        for addr, group in by_owner.items():
+            node._send_end(addr, EventDelivery(event, [s.sid for s in group]))
 
 
 class MulticastNotifier(_Strategy):
@@ -186,10 +186,8 @@ class MulticastNotifier(_Strategy):
             notes = [Notify(g[0].subscriber, [s.sid for s in g]) for g in by_owner.values()]
             notify_multicast(node, event, notes, 0, now)
             return
-        space = node.dht.space
-        for group in by_owner.values():
-            owner = Peer.from_handle(space, group[0].subscriber)
-            node._send(owner, EventDelivery(event, [s.sid for s in group]), now)
+        for addr, group in by_owner.items():
+            node._send_end(addr, EventDelivery(event, [s.sid for s in group]))
 
 
 def notify_multicast(
@@ -235,9 +233,8 @@ class LbddNotifier(_Strategy):
         node = self.node
         space = node.dht.space
         if len(by_owner) < self.min_subscribers:
-            for group in by_owner.values():
-                owner = Peer.from_handle(space, group[0].subscriber)
-                node._send(owner, EventDelivery(event, [s.sid for s in group]), now)
+            for addr, group in by_owner.items():
+                node._send_end(addr, EventDelivery(event, [s.sid for s in group]))
             return
         me = node.dht.me.addr
         mine = by_owner.get(me)

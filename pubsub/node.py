@@ -287,7 +287,7 @@ class PubSubNode(Application):
 
     # ---------------------------------------------------------------------------- DHT upcalls
 
-    def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
+    def deliver(self, key: int, payload: bytes, origin: Handle, hops: int, now: float) -> None:
         self._dispatch(payload, None, now)
 
     def receive_direct(self, payload: bytes, sender: Handle, now: float) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.node import Application
-from rangecast.dht.routing import Peer
+from rangecast.dht.wire import Handle
 from rangecast.sim.engine import Simulator
 from rangecast.sim.network import DhtConfig, SimNetwork
 from rangecast.sim.options import finite_float, non_negative_float
@@ -110,7 +110,7 @@ class _Recorder(Application):
         self.index = index
         self.log = log
 
-    def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
+    def deliver(self, key: int, payload: bytes, origin: Handle, hops: int, now: float) -> None:
         self.log.delivered(int.from_bytes(payload, "big"), self.index, hops, now)
 
 

@@ -27,8 +27,7 @@ from rangecast.dht.messages import (
 )
 from rangecast.dht.node import Application, PastryConfig, PastryNode
 from rangecast.dht.notary import KeyedNotary
-from rangecast.dht.routing import Peer
-from rangecast.dht.wire import Message, codec_for
+from rangecast.dht.wire import Handle, Message, codec_for
 from rangecast.sim.engine import Simulator
 from rangecast.sim.latency import SyntheticLatency
 from rangecast.sim.network import SimNetwork
@@ -72,7 +71,7 @@ class Recorder(Application):
         self.index = index
         self.log = log
 
-    def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
+    def deliver(self, key: int, payload: bytes, origin: Handle, hops: int, now: float) -> None:
         self.log.append((int.from_bytes(payload, "big"), self.index))
 
 

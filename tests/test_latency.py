@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from rangecast.sim.latency import (
     DEFAULT_SAME_HOST_MS,
     PLANETLAB_MEAN_RTT_MS,
+    Delays,
     LatencyModel,
     LatencyModelError,
     MatrixLatency,
@@ -433,3 +434,30 @@ def test_latency_model_factory(tmp_path: Path) -> None:
 def test_latency_model_rejects_unknown_specs(spec: str) -> None:
     with pytest.raises(LatencyModelError, match="synthetic"):
         latency_model(spec, seed=0)
+
+
+@pytest.mark.parametrize("spec", ["synthetic", "planetlab"])
+def test_the_engines_delays_are_the_models_own_bit_for_bit(spec: str) -> None:
+    """``Delays`` (what the engine reads, in C when compiled) gives exactly the model's
+    ``one_way_ms``, for every pair, and follows nodes placed after it was made."""
+    model = latency_model(spec, seed=4)
+    model.place(25, random.Random(1))
+    delays = model.delays()
+    model.place(15, random.Random(2))  # placed later (churn): the table grows under it
+    n = len(model)
+    for a in range(n):
+        for b in range(n):
+            assert delays.one_way_ms(a, b) == model.one_way_ms(a, b)
+
+
+def test_a_model_without_a_table_is_asked_by_its_delays() -> None:
+    class Flat(SyntheticLatency):
+        def delays(self) -> Delays:
+            return Delays(model=self)
+
+    model = Flat(3)
+    model.place(5, random.Random(0))
+    delays = model.delays()
+    assert [delays.one_way_ms(0, b) for b in range(5)] == [model.one_way_ms(0, b) for b in range(5)]
+    with pytest.raises(ValueError):
+        Delays()

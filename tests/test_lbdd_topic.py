@@ -491,7 +491,7 @@ def test_malformed_messages_never_raise_out_of_the_core(data: st.DataObject) -> 
         src = data.draw(st.sampled_from([b"\x09\x09\x09\x09\x0f\xa0", peer.dht.me.addr]))
         if isinstance(msg, (TopicJoin, TopicLeave, TopicHandoff)) and data.draw(st.booleans()):
             key = data.draw(st.sampled_from([topic_key(peer.dht, msg.topic), 0]))
-            peer.topic.deliver(key, frame, peer.dht.me, 1, now)
+            peer.topic.deliver(key, frame, peer.dht.me.handle, 1, now)
         else:
             peer.receive(msg, src, now)
         now += data.draw(st.floats(0.0, 5.0))

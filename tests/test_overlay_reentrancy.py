@@ -10,7 +10,6 @@ import random
 
 from rangecast.dht.core import Application
 from rangecast.dht.node import PastryConfig, PastryNode
-from rangecast.dht.routing import Peer
 from rangecast.dht.wire import Handle, codec_for
 from rangecast.pubsub.messages import OP_INSERT, Pred, ProbeSub, Ref, StoredSub
 from rangecast.pubsub.node import PubSubNode
@@ -87,7 +86,7 @@ def test_an_install_whose_probe_was_lost_and_then_abandoned_leaves_no_piece() ->
     class Lossy(Application):
         """Between the DHT node and the overlay: the first probe never arrives."""
 
-        def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
+        def deliver(self, key: int, payload: bytes, origin: Handle, hops: int, now: float) -> None:
             if not lost and isinstance(msg := dht.codec.decode(payload), _Probe):
                 lost.append(msg)
                 return

@@ -21,8 +21,7 @@ from hypothesis.stateful import (
 from rangecast.dht.ids import DEFAULT_SPACE
 from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.node import Application, PastryConfig, PastryNode, State
-from rangecast.dht.routing import Peer
-from rangecast.dht.wire import codec_for
+from rangecast.dht.wire import Handle, codec_for
 from rangecast.sim.engine import Simulator
 from rangecast.sim.latency import SyntheticLatency
 from rangecast.sim.network import SimNetwork
@@ -53,7 +52,7 @@ class _Recorder(Application):
         self.index = index
         self.machine = machine
 
-    def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
+    def deliver(self, key: int, payload: bytes, origin: Handle, hops: int, now: float) -> None:
         self.machine.delivered(int.from_bytes(payload, "big"), self.index, key)
 
 

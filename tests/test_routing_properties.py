@@ -15,8 +15,7 @@ from rangecast.dht.errors import LocalProtocolError
 from rangecast.dht.ids import DEFAULT_SPACE, IdSpace
 from rangecast.dht.messages import DHT_TABLE
 from rangecast.dht.node import Application, PastryConfig, PastryNode
-from rangecast.dht.routing import Peer
-from rangecast.dht.wire import codec_for
+from rangecast.dht.wire import Handle, codec_for
 from rangecast.sim.engine import Simulator
 from rangecast.sim.latency import SyntheticLatency
 from rangecast.sim.network import SimNetwork
@@ -53,7 +52,7 @@ class Recorder(Application):
         self.index = index
         self.log = log
 
-    def deliver(self, key: int, payload: bytes, origin: Peer, hops: int, now: float) -> None:
+    def deliver(self, key: int, payload: bytes, origin: Handle, hops: int, now: float) -> None:
         self.log.add(int.from_bytes(payload, "big"), self.index, key, hops)
 
 
