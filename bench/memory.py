@@ -114,10 +114,10 @@ def measure(state: dict[str, Any]) -> dict[str, Any]:
     part("latency_model", [sim.latency])
     part("engine", [sim])
     part("dht", dht_nodes)
-    # The overlay's parts (pubsub.base): the subscriber's dedup record and subscriptions, the
-    # shared state's attribute spaces.
+    # The overlay's parts (pubsub.base): the subscriber's dedup record and subscriptions; the
+    # attribute spaces every part shares (read through the host).
     subscribers = [getattr(o, "subscriber", o) for o in overlays]
-    shared = [getattr(o, "_shared", o) for o in overlays]
+    shared = [getattr(o, "host", o) for o in overlays]
     part("overlay_dedup", [getattr(s, "_got", {}) for s in subscribers])
     # Private fields, read only to split the overlay's state (empty if a core lacks them).
     part("overlay_tree", [getattr(o, "nodes", {}) for o in overlays])

@@ -483,10 +483,7 @@ class DhtCore:
             self._e2e_sent(msg, key, nh, now, reroutes)
 
     def _on_route(self, msg: Route, src: bytes, now: float) -> None:
-        raw = msg.key
-        if len(raw) != self._nbytes:
-            raise RemoteProtocolError(f"id of {len(raw)} bytes, expected {self._nbytes}")
-        key = int.from_bytes(raw, "big")
+        key = self.space.from_bytes(msg.key)
         # Validate everything from the wire now: a re-route after an ack timeout must not be
         # the first to find the origin malformed.
         if len(msg.origin.id) != self._nbytes:

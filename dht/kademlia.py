@@ -410,8 +410,7 @@ class KademliaNode(DhtCore):
 
     def route(self, key: int, payload: bytes, now: float) -> int:
         """Route ``payload`` to the root of ``key``; returns the message's uid."""
-        if self.state is not READY:
-            self._require(READY, "route")
+        self._require(READY, "route")
         self.space.check(key)
         uid = self.rng.getrandbits(63)
         nh = self.table.nearest(key)

@@ -3,7 +3,6 @@
 # docs/simulator.md, "Two speeds".
 
 from rangecast.dht.core cimport Application
-from rangecast.pubsub.base cimport NodeBase
 from rangecast.pubsub.host cimport TreeHost
 from rangecast.pubsub.publisher cimport Publisher
 from rangecast.pubsub.subscriber cimport Subscriber
@@ -14,7 +13,6 @@ cdef class PubSubNode(Application):
     cdef public dict nodes, replicas, _parked
     cdef public list _events, _timer_heap
     cdef public tuple _parts
-    cdef public NodeBase _shared
     cdef public Subscriber subscriber
     cdef public Publisher publisher
     cdef public TreeHost host

@@ -118,7 +118,6 @@ class PubSubNode(Application):
         "_parked",
         "_parts",
         "_prober",
-        "_shared",
         "_timer_heap",
         "_timers",
         "capacity",
@@ -159,7 +158,6 @@ class PubSubNode(Application):
     _timers: TimerHeap[int]
     _timer_heap: list[tuple[float, int, int, Any]]
     _parked: dict[NodeKey, list[tuple[ProbeSub | ProbePub, float]]]
-    _shared: NodeBase
     _parts: tuple[Subscriber, Publisher, TreeHost, Replication, Expiry]
     _prober: UnicastProbes | MulticastProbes
     _notifier: Notifier
@@ -200,7 +198,6 @@ class PubSubNode(Application):
         # failures (``Replication.ready``).
         refreshed = dht.cfg.keepalive_s != math.inf and cfg.refresh_s != math.inf
         shared._expiring = refreshed and cfg.expire_after_s != math.inf
-        self._shared = shared
         #: The heap's list, read by ``get_timer`` (and ``OverlayPeer``) without a call.
         self._timer_heap = self._timers.heap
 
@@ -329,11 +326,11 @@ class PubSubNode(Application):
         return self.replication.replica_sets()
 
     def _key(self, schema: str, tid: TreeId) -> int:
-        """The DHT key of a tree node (``NodeBase._key``)."""
-        return self._shared._key(schema, tid)
+        """The DHT key of a tree node (``NodeBase._key``, through any part)."""
+        return self.host._key(schema, tid)
 
     def _space(self, schema: str, attr: int) -> AttributeSpace:
-        return self._shared._space(schema, attr)
+        return self.host._space(schema, attr)
 
     @property
     def _subs(self) -> dict[int, MySubscription]:

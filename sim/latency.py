@@ -102,12 +102,12 @@ class LatencyModelError(RangecastError, ValueError):
 
 
 class Delays:
-    """The one-way delays of a model's placed nodes, for the engine, which asks for one per
-    simulated message: ``rows[site[a]][site[b]]``, plus ``access[a] + access[b]`` where the model
-    has per-node access delays, and 0.0 from a node to itself, computed as the model's own
-    ``one_way_ms`` computes them (the same doubles, bit for bit). Compiled (docs/simulator.md,
-    "Two speeds") it reads the arrays in C; ``site`` and ``access`` may grow meanwhile (nodes
-    placed later), as it holds the arrays, not their buffers.
+    """The one-way delays of a model's placed nodes: ``rows[site[a]][site[b]]``, plus
+    ``access[a] + access[b]`` where the model has per-node access delays, and 0.0 from a node to
+    itself. The table models' ``one_way_ms`` is this one, and the engine asks it directly, once
+    per simulated message (``LatencyModel.delays``). Compiled (docs/simulator.md, "Two speeds")
+    it reads the arrays in C; ``site`` and ``access`` may grow meanwhile (nodes placed later), as
+    it holds the arrays, not their buffers.
 
     A model without that form gives ``Delays(model=...)``, which asks the model."""
 
@@ -151,6 +151,9 @@ class Delays:
         d = rows[site[a]][site[b]]
         if self.access is None:
             return d
+        # The access delays are summed first because IEEE addition is commutative but not
+        # associative: (a + b) is the same value as (b + a), which keeps one_way_ms(a, b) ==
+        # one_way_ms(b, a) bit for bit (the C branch above sums in the same order).
         return d + (self.access[a] + self.access[b])
 
 
@@ -350,6 +353,7 @@ class MatrixLatency(LatencyModel):
 
     __slots__ = (
         "_asymmetric_pairs",
+        "_delays",
         "_host",
         "_max_asymmetry_ms",
         "_mean_rtt_ms",
@@ -419,6 +423,7 @@ class MatrixLatency(LatencyModel):
         # Compact arrays, not lists of int objects: ``one_way_ms`` reads two entries per
         # simulated message at random nodes, and an array keeps them in a few cache lines.
         self._host: array[int] = array("l")
+        self._delays = Delays(self._host, self._one_way)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], same_host_ms: float = DEFAULT_SAME_HOST_MS) -> Self:
@@ -438,11 +443,7 @@ class MatrixLatency(LatencyModel):
         return len(self._host)
 
     def one_way_ms(self, a: int, b: int) -> float:
-        # Hot path: one comparison and three indexings.
-        if a == b:
-            return 0.0
-        host = self._host
-        return self._one_way[host[a]][host[b]]
+        return self._delays.one_way_ms(a, b)
 
     def nearest(self, a: int, candidates: Sequence[int]) -> int:
         host = self._host
@@ -455,7 +456,7 @@ class MatrixLatency(LatencyModel):
         return best
 
     def delays(self) -> Delays:
-        return Delays(self._host, self._one_way)
+        return self._delays
 
     def nearest_terms(self) -> tuple[Sequence[int], list[array[float]], None]:
         return self._host, self._one_way, None
@@ -546,6 +547,7 @@ class SyntheticLatency(LatencyModel):
         "_cluster_sizes",
         "_clusters",
         "_core",
+        "_delays",
         "_mean_access_ms",
         "_mean_rtt_ms",
         "_ms_per_unit",
@@ -626,6 +628,7 @@ class SyntheticLatency(LatencyModel):
         # Compact arrays (see ``MatrixLatency._host``).
         self._site: array[int] = array("l")
         self._access: array[float] = array("d")
+        self._delays = Delays(self._site, self._core, self._access)
 
     def place(self, count: int, rng: random.Random) -> None:
         _check_placement_count(count)
@@ -640,14 +643,7 @@ class SyntheticLatency(LatencyModel):
         return len(self._site)
 
     def one_way_ms(self, a: int, b: int) -> float:
-        # Hot path: one comparison, four indexings, two additions. The access delays are summed
-        # first because IEEE addition is commutative but not associative: (a + b) is the same
-        # value as (b + a), which keeps one_way_ms(a, b) == one_way_ms(b, a) bit-for-bit.
-        if a == b:
-            return 0.0
-        site = self._site
-        access = self._access
-        return self._core[site[a]][site[b]] + (access[a] + access[b])
+        return self._delays.one_way_ms(a, b)
 
     def nearest(self, a: int, candidates: Sequence[int]) -> int:
         # access[a] is common to every candidate, so it is left out of the comparison.
@@ -662,7 +658,7 @@ class SyntheticLatency(LatencyModel):
         return best
 
     def delays(self) -> Delays:
-        return Delays(self._site, self._core, self._access)
+        return self._delays
 
     def nearest_terms(self) -> tuple[Sequence[int], list[array[float]], Sequence[float]]:
         # access[a] is common to every candidate, as in ``nearest``.
